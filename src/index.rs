@@ -1,0 +1,37 @@
+//! The trait every index implements (SPEC §4).
+
+use crate::error::EventError;
+use crate::scores::OverlapScores;
+use crate::types::{Event, LocalHash, Worker};
+
+/// A global index of which worker holds which KV blocks.
+///
+/// Every implementation gives exactly the answers of [`NaiveIndexer`](crate::NaiveIndexer), the
+/// literal translation of the contract. The trait is object-safe.
+///
+/// Concurrency: `apply` may be called from many threads at once. Events of different workers may
+/// be applied concurrently and all take effect; events of one worker take effect in call order
+/// when the calls are sequential, and concurrent calls for one worker leave the index in some
+/// serial order. `find_matches` never blocks on a writer, and never reports a depth larger than
+/// the largest depth a worker had at some instant during the query.
+pub trait KvIndex: Send + Sync {
+    /// Applies one event. Nothing changes on `Err`, except for
+    /// [`EventError::UnknownBlocks`], a warning after the held blocks were removed.
+    fn apply(&self, event: &Event) -> Result<(), EventError>;
+
+    /// How deep each worker matches the chain of local hashes `query`, from its first block.
+    fn find_matches(&self, query: &[LocalHash]) -> OverlapScores;
+
+    /// Drops every worker with server id `id`, all dp ranks.
+    fn remove_worker(&self, id: u64);
+
+    /// Drops one worker (that id and that dp rank only).
+    fn remove_worker_dp_rank(&self, worker: Worker);
+
+    /// Blocks `worker` holds, reachable or not (the router's tie-breaker).
+    fn block_count(&self, worker: Worker) -> usize;
+
+    /// Events that, applied in order to an empty index, give identical `find_matches` results
+    /// for every query. Held-but-unreachable blocks may be left out.
+    fn dump(&self) -> Vec<Event>;
+}

@@ -1,0 +1,51 @@
+//! An exact, lock-free global index of which LLM inference worker holds which KV-cache blocks.
+//!
+//! A router keeps one index over its whole fleet: engines publish KV events ([`Event`]: blocks
+//! stored, removed, cleared), and on every request the router asks how deep each worker matches
+//! the request's chain of block hashes ([`KvIndex::find_matches`]), then sends the request to the
+//! worker with the longest cached prefix.
+//!
+//! # Contents
+//! - [`KvIndex`]: the trait every index implements; [`Event`], [`EventError`], [`OverlapScores`].
+//! - [`hash`]: block hashing compatible with Dynamo's router.
+//! - [`NaiveIndexer`]: the contract written literally; the oracle of every test.
+//! - [`testing`] (feature `testing`): the differential harness that checks any [`KvIndex`]
+//!   against [`NaiveIndexer`].
+//!
+//! # Example
+//!
+//! ```
+//! use flash_indexer::{hash, Block, Event, KvIndex, NaiveIndexer, Worker};
+//!
+//! let index = NaiveIndexer::default();
+//! let tokens: Vec<u32> = (0..64).collect();
+//! let locals = hash::local_hashes(&tokens, 16);
+//! let seqs = hash::seq_hashes(&locals);
+//! let blocks = locals.iter().zip(&seqs).map(|(l, s)| Block::new(*l, *s)).collect();
+//!
+//! let worker = Worker::new(7, 0);
+//! index.apply(&Event::stored(worker, 0, None, blocks)).unwrap();
+//! assert_eq!(index.find_matches(&locals[..3]).get(worker), Some(3));
+//! ```
+#![warn(missing_docs)]
+
+mod error;
+pub mod hash;
+mod index;
+mod naive;
+mod scores;
+mod types;
+
+#[cfg(feature = "testing")]
+pub mod testing;
+
+pub use error::EventError;
+pub use index::KvIndex;
+pub use naive::NaiveIndexer;
+pub use scores::OverlapScores;
+pub use types::{Block, Event, EventKind, LocalHash, SeqHash, Worker};
+
+// The README's examples run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

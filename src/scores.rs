@@ -1,0 +1,90 @@
+//! The answer to a query: how deep each worker matches.
+
+use crate::types::Worker;
+
+/// Per-worker match depths returned by [`KvIndex::find_matches`](crate::KvIndex::find_matches).
+///
+/// Holds only workers with a depth of at least one. Entries are in no particular order: building
+/// the scores is on every query's hot path, so nothing is sorted or hashed. [`get`](Self::get)
+/// is a linear scan; a router that looks up many workers should [`iter`](Self::iter) once.
+/// Equality ignores order.
+#[derive(Clone, Debug, Default)]
+pub struct OverlapScores {
+    entries: Vec<(Worker, u32)>,
+}
+
+impl OverlapScores {
+    /// No scores.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Room for `n` workers.
+    pub fn with_capacity(n: usize) -> Self {
+        Self {
+            entries: Vec::with_capacity(n),
+        }
+    }
+
+    /// Records `depth` for `worker`. Depth 0 is not recorded. The caller must not record a worker
+    /// twice.
+    pub fn push(&mut self, worker: Worker, depth: u32) {
+        if depth > 0 {
+            debug_assert!(self.get(worker).is_none(), "{worker} scored twice");
+            self.entries.push((worker, depth));
+        }
+    }
+
+    /// The depth `worker` matched, or `None` when it matched nothing.
+    pub fn get(&self, worker: Worker) -> Option<u32> {
+        self.entries
+            .iter()
+            .find(|(w, _)| *w == worker)
+            .map(|&(_, d)| d)
+    }
+
+    /// Every `(worker, depth)` with depth ≥ 1, in no particular order.
+    pub fn iter(&self) -> impl ExactSizeIterator<Item = (Worker, u32)> + '_ {
+        self.entries.iter().copied()
+    }
+
+    /// Number of workers with depth ≥ 1.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// `true` when no worker matched.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// The deepest match, ties broken by the smaller worker (a deterministic router default).
+    pub fn best(&self) -> Option<(Worker, u32)> {
+        self.iter().max_by(|a, b| a.1.cmp(&b.1).then(b.0.cmp(&a.0)))
+    }
+
+    /// The scores sorted by worker (for display and comparison).
+    pub fn to_sorted_vec(&self) -> Vec<(Worker, u32)> {
+        let mut v = self.entries.clone();
+        v.sort_unstable();
+        v
+    }
+}
+
+impl PartialEq for OverlapScores {
+    fn eq(&self, other: &Self) -> bool {
+        self.len() == other.len() && self.iter().all(|(w, d)| other.get(w) == Some(d))
+    }
+}
+
+impl Eq for OverlapScores {}
+
+impl FromIterator<(Worker, u32)> for OverlapScores {
+    fn from_iter<T: IntoIterator<Item = (Worker, u32)>>(iter: T) -> Self {
+        let mut scores = Self::new();
+        for (w, d) in iter {
+            scores.push(w, d);
+        }
+        scores
+    }
+}
