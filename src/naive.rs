@@ -1,0 +1,227 @@
+//! [`NaiveIndexer`]: the contract written as literally as possible. The oracle of every test.
+
+use crate::error::EventError;
+use crate::index::KvIndex;
+use crate::scores::OverlapScores;
+use crate::types::{Block, Event, EventKind, LocalHash, SeqHash, Worker};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Mutex;
+
+/// What a worker holds about one block: its local hash and its parent (SPEC §2).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+struct Held {
+    local: LocalHash,
+    parent: Option<SeqHash>,
+}
+
+type HeldSet = HashMap<SeqHash, Held>;
+
+/// The reference index: nested maps under one lock, queries walk the held chains.
+///
+/// Obviously correct, not fast: every query rebuilds each worker's child lists. Use it as the
+/// oracle in tests and as a baseline in benchmarks, not in a router.
+///
+/// ```
+/// use flash_indexer::{Block, Event, KvIndex, LocalHash, NaiveIndexer, SeqHash, Worker};
+///
+/// let index = NaiveIndexer::default();
+/// let w = Worker::new(1, 0);
+/// let blocks = vec![Block::new(LocalHash(10), SeqHash(100)), Block::new(LocalHash(11), SeqHash(101))];
+/// index.apply(&Event::stored(w, 0, None, blocks)).unwrap();
+/// assert_eq!(index.find_matches(&[LocalHash(10), LocalHash(11), LocalHash(12)]).get(w), Some(2));
+/// ```
+#[derive(Debug, Default)]
+pub struct NaiveIndexer {
+    // A BTreeMap so that `dump` and iteration are deterministic.
+    workers: Mutex<BTreeMap<Worker, HeldSet>>,
+}
+
+impl NaiveIndexer {
+    /// An empty index.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<Worker, HeldSet>> {
+        // A panic while holding the lock cannot leave the maps half-updated (every mutation
+        // below is validated first), so a poisoned lock is still consistent.
+        self.workers
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+/// Applies a `Stored` event to one worker's held set, checks in SPEC order.
+fn store(held: &mut HeldSet, parent: Option<SeqHash>, blocks: &[Block]) -> Result<(), EventError> {
+    if blocks.is_empty() {
+        return Ok(());
+    }
+    if let Some(p) = parent {
+        if !held.contains_key(&p) {
+            return Err(EventError::UnknownParent { parent: p });
+        }
+    }
+    let mut seen = HashSet::new();
+    for block in blocks {
+        if Some(block.seq) == parent || !seen.insert(block.seq) {
+            return Err(EventError::InvalidSequence { seq: block.seq });
+        }
+    }
+    let mut block_parent = parent;
+    for block in blocks {
+        let wanted = Held {
+            local: block.local,
+            parent: block_parent,
+        };
+        if let Some(existing) = held.get(&block.seq) {
+            if *existing != wanted {
+                return Err(EventError::Conflict { seq: block.seq });
+            }
+        }
+        block_parent = Some(block.seq);
+    }
+    let mut block_parent = parent;
+    for block in blocks {
+        held.insert(
+            block.seq,
+            Held {
+                local: block.local,
+                parent: block_parent,
+            },
+        );
+        block_parent = Some(block.seq);
+    }
+    Ok(())
+}
+
+/// Children of each parent (`None` = chain starts) among a worker's held blocks.
+fn children_of(held: &HeldSet) -> HashMap<Option<SeqHash>, Vec<SeqHash>> {
+    let mut children: HashMap<Option<SeqHash>, Vec<SeqHash>> = HashMap::new();
+    for (seq, h) in held {
+        children.entry(h.parent).or_default().push(*seq);
+    }
+    children
+}
+
+/// The largest `d` such that the worker holds a chain `c_0 .. c_{d-1}` from a root block whose
+/// locals are `query[..d]` (SPEC §3). Every matching chain is followed at once, so two blocks
+/// with the same local under one parent both count.
+fn depth(held: &HeldSet, query: &[LocalHash]) -> u32 {
+    let children = children_of(held);
+    let mut frontier: Vec<Option<SeqHash>> = vec![None];
+    let mut depth = 0;
+    for local in query {
+        let next: Vec<Option<SeqHash>> = frontier
+            .iter()
+            .filter_map(|parent| children.get(parent))
+            .flatten()
+            .filter(|seq| held[*seq].local == *local)
+            .map(|seq| Some(*seq))
+            .collect();
+        if next.is_empty() {
+            break;
+        }
+        frontier = next;
+        depth += 1;
+    }
+    depth
+}
+
+/// Reachable blocks (SPEC §3) of one worker, each after its parent.
+fn reachable_in_order(held: &HeldSet) -> Vec<(SeqHash, Held)> {
+    let children = children_of(held);
+    let mut out = Vec::new();
+    let mut stack: Vec<Option<SeqHash>> = vec![None];
+    while let Some(parent) = stack.pop() {
+        let mut kids = children.get(&parent).cloned().unwrap_or_default();
+        kids.sort_unstable();
+        for seq in kids {
+            out.push((seq, held[&seq]));
+            stack.push(Some(seq));
+        }
+    }
+    out
+}
+
+impl KvIndex for NaiveIndexer {
+    fn apply(&self, event: &Event) -> Result<(), EventError> {
+        let mut workers = self.lock();
+        match &event.kind {
+            EventKind::Stored { parent, blocks } => {
+                let held = workers.entry(event.worker).or_default();
+                let result = store(held, *parent, blocks);
+                if held.is_empty() {
+                    workers.remove(&event.worker);
+                }
+                result
+            }
+            EventKind::Removed { blocks } => {
+                let mut missing = Vec::new();
+                let held = workers.get_mut(&event.worker);
+                match held {
+                    None => missing.extend_from_slice(blocks),
+                    Some(held) => {
+                        for seq in blocks {
+                            if held.remove(seq).is_none() {
+                                missing.push(*seq);
+                            }
+                        }
+                        if held.is_empty() {
+                            workers.remove(&event.worker);
+                        }
+                    }
+                }
+                if missing.is_empty() {
+                    Ok(())
+                } else {
+                    Err(EventError::UnknownBlocks { missing })
+                }
+            }
+            EventKind::Cleared => {
+                workers.remove(&event.worker);
+                Ok(())
+            }
+        }
+    }
+
+    fn find_matches(&self, query: &[LocalHash]) -> OverlapScores {
+        let workers = self.lock();
+        let mut scores = OverlapScores::new();
+        if query.is_empty() {
+            return scores;
+        }
+        for (worker, held) in workers.iter() {
+            scores.push(*worker, depth(held, query));
+        }
+        scores
+    }
+
+    fn remove_worker(&self, id: u64) {
+        self.lock().retain(|w, _| w.id != id);
+    }
+
+    fn remove_worker_dp_rank(&self, worker: Worker) {
+        self.lock().remove(&worker);
+    }
+
+    fn block_count(&self, worker: Worker) -> usize {
+        self.lock().get(&worker).map_or(0, HashMap::len)
+    }
+
+    fn dump(&self) -> Vec<Event> {
+        let workers = self.lock();
+        let mut events = Vec::new();
+        for (worker, held) in workers.iter() {
+            for (event_id, (seq, h)) in reachable_in_order(held).into_iter().enumerate() {
+                let block = Block::new(h.local, seq);
+                events.push(Event::stored(
+                    *worker,
+                    event_id as u64,
+                    h.parent,
+                    vec![block],
+                ));
+            }
+        }
+        events
+    }
+}
