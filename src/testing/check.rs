@@ -1,0 +1,168 @@
+//! Replays ops on an index and on the reference, and reports the first disagreement.
+
+use crate::index::KvIndex;
+use crate::naive::NaiveIndexer;
+use crate::scores::OverlapScores;
+use crate::types::{Event, EventKind, LocalHash, Worker};
+use core::fmt;
+
+/// One concrete operation on an index.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Op {
+    /// [`KvIndex::apply`].
+    Apply(Event),
+    /// [`KvIndex::remove_worker`].
+    RemoveWorker(u64),
+    /// [`KvIndex::remove_worker_dp_rank`].
+    RemoveWorkerDpRank(Worker),
+    /// [`KvIndex::find_matches`].
+    Query(Vec<LocalHash>),
+}
+
+impl Op {
+    /// Runs the op; queries return their scores, applies their result.
+    fn run(&self, index: &dyn KvIndex) -> Outcome {
+        match self {
+            Op::Apply(event) => Outcome::Applied(index.apply(event)),
+            Op::RemoveWorker(id) => {
+                index.remove_worker(*id);
+                Outcome::Done
+            }
+            Op::RemoveWorkerDpRank(w) => {
+                index.remove_worker_dp_rank(*w);
+                Outcome::Done
+            }
+            Op::Query(q) => Outcome::Scores(index.find_matches(q)),
+        }
+    }
+}
+
+#[derive(Debug, PartialEq, Eq)]
+enum Outcome {
+    Applied(Result<(), crate::EventError>),
+    Scores(OverlapScores),
+    Done,
+}
+
+/// Where and how an index disagreed with [`NaiveIndexer`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Divergence {
+    /// Index of the op in the replayed sequence (`ops.len()` for the closing checks).
+    pub at: usize,
+    /// What disagreed, with both answers.
+    pub what: String,
+}
+
+impl fmt::Display for Divergence {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "diverged from the reference at op {}: {}",
+            self.at, self.what
+        )
+    }
+}
+
+impl std::error::Error for Divergence {}
+
+fn summarize(op: &Op) -> String {
+    match op {
+        Op::Apply(Event {
+            worker,
+            kind: EventKind::Stored { parent, blocks },
+            ..
+        }) => {
+            format!(
+                "store on {worker}, parent {parent:?}, {} blocks",
+                blocks.len()
+            )
+        }
+        Op::Apply(Event {
+            worker,
+            kind: EventKind::Removed { blocks },
+            ..
+        }) => {
+            format!("remove on {worker}, {} blocks", blocks.len())
+        }
+        Op::Query(q) => format!("query of {} blocks", q.len()),
+        other => format!("{other:?}"),
+    }
+}
+
+/// Applies `ops` to `index` (which must start empty) and to a fresh [`NaiveIndexer`], comparing
+/// every result and every query, the touched worker's block count after each event, and at the
+/// end `closing_queries`, every worker's block count, and the answers of an index rebuilt from
+/// `index.dump()`.
+pub fn check_ops(
+    index: &dyn KvIndex,
+    ops: &[Op],
+    closing_queries: &[Vec<LocalHash>],
+    workers: &[Worker],
+) -> Result<(), Divergence> {
+    let reference = NaiveIndexer::new();
+    for (at, op) in ops.iter().enumerate() {
+        let got = op.run(index);
+        let want = op.run(&reference);
+        if got != want {
+            return Err(Divergence {
+                at,
+                what: format!("{}: got {got:?}, want {want:?}", summarize(op)),
+            });
+        }
+        if let Op::Apply(event) = op {
+            let (got, want) = (
+                index.block_count(event.worker),
+                reference.block_count(event.worker),
+            );
+            if got != want {
+                let what = format!(
+                    "block_count({}) after {}: got {got}, want {want}",
+                    event.worker,
+                    summarize(op)
+                );
+                return Err(Divergence { at, what });
+            }
+        }
+    }
+    let at = ops.len();
+    for w in workers {
+        let (got, want) = (index.block_count(*w), reference.block_count(*w));
+        if got != want {
+            return Err(Divergence {
+                at,
+                what: format!("closing block_count({w}): got {got}, want {want}"),
+            });
+        }
+    }
+    let rebuilt = NaiveIndexer::new();
+    for event in index.dump() {
+        rebuilt.apply(&event).map_err(|e| Divergence {
+            at,
+            what: format!("dump() replay rejected {event:?}: {e}"),
+        })?;
+    }
+    for q in closing_queries {
+        let want = reference.find_matches(q);
+        let got = index.find_matches(q);
+        if got != want {
+            let what = format!(
+                "closing query of {} blocks: got {:?}, want {:?}",
+                q.len(),
+                got.to_sorted_vec(),
+                want.to_sorted_vec()
+            );
+            return Err(Divergence { at, what });
+        }
+        let dumped = rebuilt.find_matches(q);
+        if dumped != want {
+            let what = format!(
+                "dump() then query of {} blocks: got {:?}, want {:?}",
+                q.len(),
+                dumped.to_sorted_vec(),
+                want.to_sorted_vec()
+            );
+            return Err(Divergence { at, what });
+        }
+    }
+    Ok(())
+}

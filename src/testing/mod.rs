@@ -1,0 +1,28 @@
+//! The differential harness: any [`KvIndex`](crate::KvIndex) against [`NaiveIndexer`](crate::NaiveIndexer).
+//!
+//! Enabled by the `testing` feature. Three pieces, each in its own file:
+//! - [`Step`] (`step.rs`): a small abstract instruction ("store 40 blocks of path 3 on worker 2
+//!   with opaque salt 1"). proptest strategies and the cargo-fuzz target both produce steps, so
+//!   shrinking and fuzzing work on the same vocabulary.
+//! - [`Universe`] (`universe.rs`): turns steps into concrete [`Op`]s. Its paths share prefixes
+//!   and fork right before, at and after multiples of the common jump sizes; some paths rejoin
+//!   their parent's local hashes after the fork (the over-count trap).
+//! - [`check_ops`] (`check.rs`): applies ops to the index under test and to the reference, and
+//!   compares every result, every query, block counts and `dump`.
+//!
+//! Plugging a new index in is one line:
+//!
+//! ```
+//! use flash_indexer::{NaiveIndexer, testing::{assert_agrees_with_reference, Profile}};
+//! assert_agrees_with_reference::<NaiveIndexer>(&Profile::adversarial().cases(8));
+//! ```
+
+mod check;
+mod runner;
+mod step;
+mod universe;
+
+pub use check::{Divergence, Op, check_ops};
+pub use runner::{Profile, agrees_with_reference, assert_agrees_with_reference};
+pub use step::{Step, step_strategy, steps_strategy};
+pub use universe::Universe;

@@ -1,0 +1,109 @@
+//! proptest runs of the harness, in one call per index type.
+
+use super::check::check_ops;
+use super::step::steps_strategy;
+use super::universe::Universe;
+use crate::index::KvIndex;
+use proptest::test_runner::{Config, TestCaseError, TestError, TestRunner};
+
+/// How the harness generates cases: universe size and number of cases.
+#[derive(Clone, Debug)]
+pub struct Profile {
+    /// Distinct worker ids.
+    pub ids: u64,
+    /// Dp ranks per id.
+    pub ranks: u32,
+    /// Deepest position (chains up to `max_pos + 1` blocks).
+    pub max_pos: u32,
+    /// Steps per case, at most.
+    pub steps: usize,
+    /// Cases to run.
+    pub cases: u32,
+}
+
+impl Profile {
+    /// Short chains crossing the jump boundaries up to 64, few workers, many collisions: the
+    /// profile that finds most bugs.
+    pub fn adversarial() -> Self {
+        Self {
+            ids: 3,
+            ranks: 2,
+            max_pos: 80,
+            steps: 48,
+            cases: 512,
+        }
+    }
+
+    /// Chains of more than 10,000 blocks, with holes and re-stores deep inside.
+    pub fn long_chains() -> Self {
+        Self {
+            ids: 2,
+            ranks: 1,
+            max_pos: 12_000,
+            steps: 16,
+            cases: 12,
+        }
+    }
+
+    /// Hundreds of workers with dp ranks on shared prefixes.
+    pub fn many_workers() -> Self {
+        Self {
+            ids: 400,
+            ranks: 3,
+            max_pos: 40,
+            steps: 200,
+            cases: 24,
+        }
+    }
+
+    /// The same profile with `cases` cases.
+    pub fn cases(mut self, cases: u32) -> Self {
+        self.cases = cases;
+        self
+    }
+
+    /// The universe of one case.
+    pub fn universe(&self, seed: u64) -> Universe {
+        Universe::new(self.ids, self.ranks, self.max_pos, seed)
+    }
+}
+
+/// Runs `profile.cases` generated cases on fresh `I::default()` indexes against the reference.
+/// On a divergence, returns proptest's shrunk failing case and what disagreed.
+pub fn agrees_with_reference<I: KvIndex + Default>(profile: &Profile) -> Result<(), String> {
+    let config = Config {
+        cases: profile.cases,
+        failure_persistence: None,
+        ..Config::default()
+    };
+    let mut runner = TestRunner::new(config);
+    let strategy = (
+        steps_strategy(profile.steps),
+        proptest::prelude::any::<u64>(),
+    );
+    let result = runner.run(&strategy, |(steps, seed)| {
+        let mut universe = profile.universe(seed);
+        let ops = universe.ops(&steps);
+        let workers: Vec<_> = universe.workers().collect();
+        let index = I::default();
+        check_ops(&index, &ops, &universe.closing_queries(), &workers)
+            .map_err(|d| TestCaseError::fail(d.to_string()))
+    });
+    match result {
+        Ok(()) => Ok(()),
+        Err(TestError::Fail(why, (steps, seed))) => Err(format!(
+            "{why}\nminimal failing case: seed {seed}, steps {steps:#?}"
+        )),
+        Err(TestError::Abort(why)) => Err(format!("harness aborted: {why}")),
+    }
+}
+
+/// [`agrees_with_reference`], panicking with the failing case.
+pub fn assert_agrees_with_reference<I: KvIndex + Default>(profile: &Profile) {
+    if let Err(report) = agrees_with_reference::<I>(profile) {
+        panic!(
+            "{} disagrees with NaiveIndexer: {report}",
+            core::any::type_name::<I>()
+        );
+    }
+}
