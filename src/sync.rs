@@ -1,0 +1,25 @@
+//! The one place shared-memory primitives come from: `std` normally, `loom` under `--cfg loom`,
+//! so that loom sees every atomic, lock and thread of our own code.
+
+#[cfg(not(loom))]
+pub(crate) use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+
+#[cfg(loom)]
+pub(crate) use loom::sync::{Arc, Condvar, Mutex, MutexGuard};
+
+pub(crate) mod atomic {
+    #[cfg(not(loom))]
+    pub(crate) use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+    #[cfg(loom)]
+    pub(crate) use loom::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+}
+
+/// Locks `mutex`, ignoring poisoning: every lock of this crate guards state that is only
+/// mutated after validation, so a panic elsewhere cannot leave it half-updated.
+pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    match mutex.lock() {
+        Ok(guard) => guard,
+        Err(poisoned) => poisoned.into_inner(),
+    }
+}
