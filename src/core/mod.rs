@@ -1,0 +1,197 @@
+//! The generic core: [`Indexer<L>`] over any storage [`Layout`].
+//!
+//! The core knows *what* the index means; a layout knows only *where* entries live. The core
+//! owns per-worker state and validation (`workers.rs`, so every layout rejects exactly the same
+//! inputs), canonical hashes (`canon.rs`), worker interning (`slots.rs`) and the search
+//! (`search.rs`).
+
+mod canon;
+pub mod layout;
+mod search;
+mod slots;
+mod worker_set;
+mod workers;
+
+pub use canon::Key;
+pub use layout::Layout;
+pub use search::MAX_JUMP;
+pub use worker_set::{Slot, WorkerSet};
+
+use crate::error::EventError;
+use crate::index::KvIndex;
+use crate::scores::OverlapScores;
+use crate::sync::{Arc, lock};
+use crate::types::{Event, EventKind, LocalHash, Worker};
+use canon::Canon;
+use slots::{WorkerCell, WorkerTable};
+use workers::WorkerState;
+
+/// The jump of the search when none is configured. See `papers/` and the `find_matches`
+/// criterion bench for the measurement behind it.
+pub const DEFAULT_JUMP: u32 = 32;
+
+/// An exact index over storage layout `L`.
+///
+/// `PositionalIndexer` and the other layouts' indexers are aliases of this type.
+pub struct Indexer<L: Layout> {
+    layout: L,
+    workers: WorkerTable,
+    canon: Canon,
+    jump: u32,
+}
+
+impl<L: Layout> Default for Indexer<L> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<L: Layout> core::fmt::Debug for Indexer<L> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Indexer")
+            .field("layout", &core::any::type_name::<L>())
+            .field("workers", &self.workers.len())
+            .field("entries", &self.layout.entries())
+            .field("jump", &self.jump)
+            .finish()
+    }
+}
+
+impl<L: Layout> Indexer<L> {
+    /// An empty index with the default jump and a random canonical-hash key.
+    pub fn new() -> Self {
+        Self::with_canon(Canon::random(), DEFAULT_JUMP)
+    }
+
+    /// An empty index whose search jumps `jump` positions at a time (clamped to
+    /// `1..=`[`MAX_JUMP`]).
+    pub fn with_jump(jump: u32) -> Self {
+        Self::with_canon(Canon::random(), jump)
+    }
+
+    /// An empty index with a fixed canonical-hash key, for reproducible experiments.
+    pub fn with_seed(seed: u64, jump: u32) -> Self {
+        Self::with_canon(Canon::new(seed), jump)
+    }
+
+    fn with_canon(canon: Canon, jump: u32) -> Self {
+        Self {
+            layout: L::default(),
+            workers: WorkerTable::default(),
+            canon,
+            jump: jump.clamp(1, MAX_JUMP),
+        }
+    }
+
+    /// The search's jump.
+    pub fn jump(&self) -> u32 {
+        self.jump
+    }
+
+    /// The storage layout.
+    pub fn layout(&self) -> &L {
+        &self.layout
+    }
+
+    /// Live workers (workers holding at least one block).
+    pub fn worker_count(&self) -> usize {
+        self.workers.len()
+    }
+
+    /// Runs `f` on `worker`'s state under its lock, retrying if the cell was retired meanwhile.
+    /// Retires the worker when it ends up holding nothing.
+    fn with_worker<T>(
+        &self,
+        worker: Worker,
+        f: impl FnOnce(&mut WorkerState, &L::Guard<'_>) -> T,
+    ) -> T {
+        loop {
+            let cell = self.workers.cell_or_create(worker);
+            let mut state = lock(&cell.state);
+            let Some(st) = state.as_mut() else {
+                continue; // Retired between lookup and lock: look it up again.
+            };
+            let guard = self.layout.guard();
+            let out = f(st, &guard);
+            if st.is_empty() {
+                *state = None;
+                self.workers.retire(worker, &cell);
+            }
+            return out;
+        }
+    }
+
+    /// Clears and retires one worker's cell.
+    fn drop_worker(&self, worker: Worker, cell: &Arc<WorkerCell>) {
+        let mut state = lock(&cell.state);
+        if let Some(st) = state.as_mut() {
+            st.clear(&self.layout, &self.layout.guard());
+            *state = None;
+            self.workers.retire(worker, cell);
+        }
+    }
+}
+
+impl<L: Layout> KvIndex for Indexer<L> {
+    fn apply(&self, event: &Event) -> Result<(), EventError> {
+        match &event.kind {
+            EventKind::Stored { parent, blocks } => {
+                if blocks.is_empty() {
+                    return Ok(());
+                }
+                self.with_worker(event.worker, |st, guard| {
+                    st.store(&self.layout, guard, &self.canon, *parent, blocks)
+                })
+            }
+            EventKind::Removed { blocks } => match self.workers.cell(event.worker) {
+                None if !blocks.is_empty() => Err(EventError::UnknownBlocks {
+                    missing: blocks.clone(),
+                }),
+                None => Ok(()),
+                Some(_) => self.with_worker(event.worker, |st, guard| {
+                    st.remove(&self.layout, guard, blocks)
+                }),
+            },
+            EventKind::Cleared => {
+                if let Some(cell) = self.workers.cell(event.worker) {
+                    self.drop_worker(event.worker, &cell);
+                }
+                Ok(())
+            }
+        }
+    }
+
+    fn find_matches(&self, query: &[LocalHash]) -> OverlapScores {
+        search::jump_search(&self.layout, &self.workers, &self.canon, query, self.jump)
+    }
+
+    fn remove_worker(&self, id: u64) {
+        for (worker, cell) in self.workers.cells_where(|w| w.id == id) {
+            self.drop_worker(worker, &cell);
+        }
+    }
+
+    fn remove_worker_dp_rank(&self, worker: Worker) {
+        if let Some(cell) = self.workers.cell(worker) {
+            self.drop_worker(worker, &cell);
+        }
+    }
+
+    fn block_count(&self, worker: Worker) -> usize {
+        self.workers.cell(worker).map_or(0, |cell| {
+            lock(&cell.state)
+                .as_ref()
+                .map_or(0, WorkerState::block_count)
+        })
+    }
+
+    fn dump(&self) -> Vec<Event> {
+        let mut events = Vec::new();
+        for (worker, cell) in self.workers.cells_where(|_| true) {
+            if let Some(st) = lock(&cell.state).as_ref() {
+                st.dump(worker, &mut events);
+            }
+        }
+        events
+    }
+}

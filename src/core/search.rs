@@ -1,0 +1,150 @@
+//! Jump search with binary scan-back, for layouts with random access by position.
+//!
+//! By the reachable-only invariant (`workers.rs`), the workers present at position `p` of the
+//! query's canonical chain are a subset of those present at `p - 1`. So:
+//! 1. Start with the workers at position 0 (the *active* set).
+//! 2. Jump `J` positions ahead and look at the landing entry. Workers still present there were
+//!    present at every position in between: nothing to check for them.
+//! 3. Each dropped worker's depth lies in the skipped range: binary search over it. Dropped
+//!    workers are partitioned in place at each probe, so a probe serves all of them at once:
+//!    at most `min(dropped * log2 J, J)` probes, never a linear scan.
+//!
+//! A query of depth `D` costs about `D / J` probes plus `D` steps of the canonical mix.
+//!
+//! Under racing writers every reported depth is `p + 1` for a position `p` where the worker was
+//! *observed* present; presence at `p` at that instant means the worker then had depth > `p`.
+//! Landing sets are intersected with the active set (not merely counted), so a worker that
+//! appears mid-query never stands in for one that left.
+
+use super::canon::{Canon, Key};
+use super::layout::Layout;
+use super::slots::WorkerTable;
+use super::worker_set::Slot;
+use crate::scores::OverlapScores;
+use crate::types::LocalHash;
+
+/// The largest jump the search supports (the window of canonical hashes lives on the stack).
+pub const MAX_JUMP: u32 = 256;
+
+struct Search<'a, 'g, L: Layout> {
+    layout: &'a L,
+    guard: &'a L::Guard<'g>,
+    names: &'a WorkerTable,
+    /// Canonical hashes of the current window: `window[i]` is position `lo + i`.
+    window: [u64; MAX_JUMP as usize + 1],
+    lo: u32,
+    scores: OverlapScores,
+}
+
+impl<L: Layout> Search<'_, '_, L> {
+    /// `slots` were present at `lo` and absent at `hi`: find each one's last position.
+    fn scan_back(&mut self, slots: &mut [Slot], lo: u32, hi: u32) {
+        if slots.is_empty() {
+            return;
+        }
+        if hi - lo == 1 {
+            for &slot in slots.iter() {
+                self.scores.push(self.names.name(slot), lo + 1);
+            }
+            return;
+        }
+        let mid = lo + (hi - lo) / 2;
+        let key = Key {
+            pos: mid,
+            canon: self.window[(mid - self.lo) as usize],
+        };
+        let set = self.layout.get(key, self.guard);
+        // Partition in place: present at `mid` first.
+        let mut split = 0;
+        for i in 0..slots.len() {
+            if set.is_some_and(|s| s.contains(slots[i])) {
+                slots.swap(i, split);
+                split += 1;
+            }
+        }
+        let (present, absent) = slots.split_at_mut(split);
+        self.scan_back(present, mid, hi);
+        self.scan_back(absent, lo, mid);
+    }
+}
+
+/// How deep each worker matches `query`, jumping `jump` positions at a time.
+pub(crate) fn jump_search<L: Layout>(
+    layout: &L,
+    names: &WorkerTable,
+    canon: &Canon,
+    query: &[LocalHash],
+    jump: u32,
+) -> OverlapScores {
+    let Some(&first) = query.first() else {
+        return OverlapScores::new();
+    };
+    let n = u32::try_from(query.len()).unwrap_or(u32::MAX);
+    // Pin before reading any slot: slots are reused only after every pinned query ends.
+    let _epoch = crossbeam_epoch::pin();
+    let guard = layout.guard();
+    let mut search = Search {
+        layout,
+        guard: &guard,
+        names,
+        window: [0; MAX_JUMP as usize + 1],
+        lo: 0,
+        scores: OverlapScores::new(),
+    };
+    search.window[0] = canon.first(first);
+    let Some(set) = layout.get(
+        Key {
+            pos: 0,
+            canon: search.window[0],
+        },
+        &guard,
+    ) else {
+        return search.scores;
+    };
+    let mut active: Vec<Slot> = set.as_slice().to_vec();
+    let mut dropped: Vec<Slot> = Vec::new();
+    let jump = jump.clamp(1, MAX_JUMP);
+    let mut lo = 0u32;
+    while !active.is_empty() && lo + 1 < n {
+        let hi = (lo + jump).min(n - 1);
+        // Slide the window so that it starts at `lo`, then roll the chain up to `hi`.
+        search.window[0] = search.window[(lo - search.lo) as usize];
+        search.lo = lo;
+        for pos in lo + 1..=hi {
+            let i = (pos - lo) as usize;
+            search.window[i] = canon.step(search.window[i - 1], query[pos as usize]);
+        }
+        match layout.get(
+            Key {
+                pos: hi,
+                canon: search.window[(hi - lo) as usize],
+            },
+            &guard,
+        ) {
+            Some(set) if set.as_slice() == active.as_slice() => {}
+            Some(set) => {
+                dropped.clear();
+                active.retain(|&slot| {
+                    let still = set.contains(slot);
+                    if !still {
+                        dropped.push(slot);
+                    }
+                    still
+                });
+            }
+            None => {
+                dropped.clear();
+                dropped.append(&mut active);
+            }
+        }
+        if !dropped.is_empty() {
+            search.scan_back(&mut dropped, lo, hi);
+            dropped.clear();
+        }
+        lo = hi;
+    }
+    for slot in active {
+        search.scores.push(names.name(slot), lo + 1);
+    }
+    search.scores
+}

@@ -1,0 +1,184 @@
+//! Worker interning: every live [`Worker`] gets a dense `u32` slot, so layout entries hold small
+//! sorted slot arrays instead of 12-byte workers, and a query maps slots back to workers by
+//! indexing an array (no hashing per scored worker).
+//!
+//! A slot is reused only after every query that could have seen it has finished: a retired
+//! worker's slot goes back to the free list through `crossbeam-epoch`, and queries stay pinned
+//! while they read slots. Without that, a query that saw worker A's slot at shallow positions and
+//! the same slot, now worker B's, deeper would credit B with A's depth.
+
+use super::worker_set::Slot;
+use super::workers::WorkerState;
+use crate::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use crate::sync::{Arc, Mutex, lock};
+use crate::types::Worker;
+use std::collections::HashMap;
+use std::sync::OnceLock;
+
+/// Slots per segment of the name table grow geometrically from this.
+const FIRST_SEGMENT: usize = 1024;
+/// Enough segments for `u32::MAX` slots.
+const SEGMENTS: usize = 23;
+
+/// One worker's state, behind its own lock so that events of different workers apply in
+/// parallel. `None` once the worker was retired (emptied, cleared or removed): a writer that
+/// finds it retired looks the worker up again.
+pub(crate) struct WorkerCell {
+    pub(crate) slot: Slot,
+    pub(crate) state: Mutex<Option<WorkerState>>,
+}
+
+/// One slot's worker, as an id and a dp rank readable without locks.
+type Name = (AtomicU64, AtomicU32);
+
+/// slot -> worker, readable without locks.
+struct Names {
+    segments: [OnceLock<Box<[Name]>>; SEGMENTS],
+}
+
+impl Names {
+    fn locate(slot: Slot) -> (usize, usize) {
+        let block = slot as usize / FIRST_SEGMENT + 1;
+        let segment = (usize::BITS - 1 - block.leading_zeros()) as usize;
+        (
+            segment,
+            slot as usize - FIRST_SEGMENT * ((1 << segment) - 1),
+        )
+    }
+
+    fn cell(&self, slot: Slot) -> &Name {
+        let (segment, offset) = Self::locate(slot);
+        let seg = self.segments[segment].get_or_init(|| {
+            (0..FIRST_SEGMENT << segment)
+                .map(|_| (AtomicU64::new(0), AtomicU32::new(0)))
+                .collect()
+        });
+        &seg[offset]
+    }
+
+    fn set(&self, slot: Slot, worker: Worker) {
+        let (id, rank) = self.cell(slot);
+        // Relaxed is enough: a reader learns of the slot only from a layout entry, which the
+        // layout publishes with release semantics after these stores.
+        id.store(worker.id, Ordering::Relaxed);
+        rank.store(worker.dp_rank, Ordering::Relaxed);
+    }
+
+    fn get(&self, slot: Slot) -> Worker {
+        let (id, rank) = self.cell(slot);
+        Worker::new(id.load(Ordering::Relaxed), rank.load(Ordering::Relaxed))
+    }
+}
+
+/// Slots that are free to hand out again.
+#[derive(Default)]
+struct FreeSlots {
+    free: Vec<Slot>,
+    next: Slot,
+}
+
+/// The live workers, their cells and slots.
+pub(crate) struct WorkerTable {
+    cells: Mutex<HashMap<Worker, Arc<WorkerCell>>>,
+    names: Names,
+    free: Arc<Mutex<FreeSlots>>,
+}
+
+impl Default for WorkerTable {
+    fn default() -> Self {
+        Self {
+            cells: Mutex::new(HashMap::new()),
+            names: Names {
+                segments: std::array::from_fn(|_| OnceLock::new()),
+            },
+            free: Arc::new(Mutex::new(FreeSlots::default())),
+        }
+    }
+}
+
+impl WorkerTable {
+    /// The cell of `worker`, created (with a fresh slot) when the worker is new.
+    pub(crate) fn cell_or_create(&self, worker: Worker) -> Arc<WorkerCell> {
+        let mut cells = lock(&self.cells);
+        if let Some(cell) = cells.get(&worker) {
+            return cell.clone();
+        }
+        let slot = {
+            let mut free = lock(&self.free);
+            free.free.pop().unwrap_or_else(|| {
+                free.next += 1;
+                free.next - 1
+            })
+        };
+        self.names.set(slot, worker);
+        let cell = Arc::new(WorkerCell {
+            slot,
+            state: Mutex::new(Some(WorkerState::new(slot))),
+        });
+        cells.insert(worker, cell.clone());
+        cell
+    }
+
+    /// The cell of `worker`, if it is live.
+    pub(crate) fn cell(&self, worker: Worker) -> Option<Arc<WorkerCell>> {
+        lock(&self.cells).get(&worker).cloned()
+    }
+
+    /// The live workers matching `filter`, with their cells.
+    pub(crate) fn cells_where(
+        &self,
+        filter: impl Fn(&Worker) -> bool,
+    ) -> Vec<(Worker, Arc<WorkerCell>)> {
+        let cells = lock(&self.cells);
+        let mut out: Vec<_> = cells
+            .iter()
+            .filter(|(w, _)| filter(w))
+            .map(|(w, c)| (*w, c.clone()))
+            .collect();
+        out.sort_unstable_by_key(|(w, _)| *w);
+        out
+    }
+
+    /// Retires `worker`'s cell. The caller holds the cell's state lock, has set the state to
+    /// `None` and removed every layout entry of the slot. The slot is freed once no query that
+    /// started before this call can still be reading it.
+    pub(crate) fn retire(&self, worker: Worker, cell: &Arc<WorkerCell>) {
+        let mut cells = lock(&self.cells);
+        if cells.get(&worker).is_some_and(|c| Arc::ptr_eq(c, cell)) {
+            cells.remove(&worker);
+        }
+        drop(cells);
+        let free = self.free.clone();
+        let slot = cell.slot;
+        let guard = crossbeam_epoch::pin();
+        guard.defer(move || lock(&free).free.push(slot));
+    }
+
+    /// The worker a slot names. Only meaningful for slots read from a layout under a pinned
+    /// epoch guard.
+    #[inline]
+    pub(crate) fn name(&self, slot: Slot) -> Worker {
+        self.names.get(slot)
+    }
+
+    /// Live workers.
+    pub(crate) fn len(&self) -> usize {
+        lock(&self.cells).len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Names;
+
+    #[test]
+    fn segments_cover_slots_without_gaps() {
+        assert_eq!(Names::locate(0), (0, 0));
+        assert_eq!(Names::locate(1023), (0, 1023));
+        assert_eq!(Names::locate(1024), (1, 0));
+        assert_eq!(Names::locate(3071), (1, 2047));
+        assert_eq!(Names::locate(3072), (2, 0));
+        let (segment, offset) = Names::locate(u32::MAX);
+        assert!(segment < super::SEGMENTS && offset < super::FIRST_SEGMENT << segment);
+    }
+}
