@@ -29,12 +29,19 @@
 //! ```
 #![warn(missing_docs)]
 
+pub mod core;
 mod error;
 pub mod hash;
 mod index;
 mod naive;
+#[cfg(not(loom))]
+pub mod pool;
 mod scores;
+mod sync;
 mod types;
+
+#[path = "../layouts/mod.rs"]
+pub mod layouts;
 
 #[cfg(feature = "testing")]
 pub mod testing;
@@ -44,6 +51,14 @@ pub use index::KvIndex;
 pub use naive::NaiveIndexer;
 pub use scores::OverlapScores;
 pub use types::{Block, Event, EventKind, LocalHash, SeqHash, Worker};
+
+pub use crate::core::Indexer;
+#[cfg(feature = "positional")]
+pub use layouts::positional::PositionalIndexer;
+
+/// The index routers get: the first enabled of `positional`, `array`, `radix` (SPEC §6).
+#[cfg(feature = "positional")]
+pub type DefaultIndexer = PositionalIndexer;
 
 // The README's examples run as doctests.
 #[cfg(doctest)]
