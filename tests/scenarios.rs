@@ -20,3 +20,8 @@ macro_rules! scenarios {
 scenarios! {
     naive: NaiveIndexer,
 }
+
+#[cfg(feature = "positional")]
+scenarios! {
+    positional: PositionalIndexer,
+}

@@ -23,6 +23,9 @@ mod step;
 mod universe;
 
 pub use check::{Divergence, Op, check_ops};
-pub use runner::{Profile, agrees_with_reference, assert_agrees_with_reference};
+pub use runner::{
+    Profile, agrees_with_reference, agrees_with_reference_using, assert_agrees_with_reference,
+    assert_agrees_with_reference_using,
+};
 pub use step::{Step, step_strategy, steps_strategy};
 pub use universe::Universe;

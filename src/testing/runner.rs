@@ -71,6 +71,14 @@ impl Profile {
 /// Runs `profile.cases` generated cases on fresh `I::default()` indexes against the reference.
 /// On a divergence, returns proptest's shrunk failing case and what disagreed.
 pub fn agrees_with_reference<I: KvIndex + Default>(profile: &Profile) -> Result<(), String> {
+    agrees_with_reference_using(I::default, profile)
+}
+
+/// [`agrees_with_reference`] for indexes built by `make` (a configured jump, a seed, ...).
+pub fn agrees_with_reference_using<I: KvIndex>(
+    make: impl Fn() -> I,
+    profile: &Profile,
+) -> Result<(), String> {
     let config = Config {
         cases: profile.cases,
         failure_persistence: None,
@@ -85,7 +93,7 @@ pub fn agrees_with_reference<I: KvIndex + Default>(profile: &Profile) -> Result<
         let mut universe = profile.universe(seed);
         let ops = universe.ops(&steps);
         let workers: Vec<_> = universe.workers().collect();
-        let index = I::default();
+        let index = make();
         check_ops(&index, &ops, &universe.closing_queries(), &workers)
             .map_err(|d| TestCaseError::fail(d.to_string()))
     });
@@ -100,7 +108,12 @@ pub fn agrees_with_reference<I: KvIndex + Default>(profile: &Profile) -> Result<
 
 /// [`agrees_with_reference`], panicking with the failing case.
 pub fn assert_agrees_with_reference<I: KvIndex + Default>(profile: &Profile) {
-    if let Err(report) = agrees_with_reference::<I>(profile) {
+    assert_agrees_with_reference_using(I::default, profile);
+}
+
+/// [`agrees_with_reference_using`], panicking with the failing case.
+pub fn assert_agrees_with_reference_using<I: KvIndex>(make: impl Fn() -> I, profile: &Profile) {
+    if let Err(report) = agrees_with_reference_using(make, profile) {
         panic!(
             "{} disagrees with NaiveIndexer: {report}",
             core::any::type_name::<I>()
