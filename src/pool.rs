@@ -1,0 +1,339 @@
+//! The writer pool: events applied by a few OS threads, queries inline on the caller's thread.
+//!
+//! Routing is sticky: every event of a worker id (all its dp ranks) goes to the same thread, so
+//! one worker's events apply in submission order and writers never contend on a worker's lock.
+//!
+//! ```
+//! use std::sync::Arc;
+//! use flash_indexer::{Block, DefaultIndexer, Event, LocalHash, SeqHash, Worker};
+//! use flash_indexer::pool::{PoolConfig, WriterPool};
+//!
+//! let pool = WriterPool::new(Arc::new(DefaultIndexer::default()), PoolConfig::default());
+//! let w = Worker::new(4, 0);
+//! pool.submit(Event::stored(w, 0, None, vec![Block::new(LocalHash(1), SeqHash(11))])).unwrap();
+//! pool.flush(); // returns once every event submitted before it is applied
+//! assert_eq!(pool.find_matches(&[LocalHash(1)]).get(w), Some(1));
+//! assert_eq!(pool.stats().applied, 1);
+//! ```
+
+use crate::error::EventError;
+use crate::index::KvIndex;
+use crate::scores::OverlapScores;
+use crate::sync::atomic::{AtomicU64, Ordering};
+use crate::sync::{Arc, Condvar, Mutex, lock};
+use crate::types::{Event, EventKind, LocalHash, Worker};
+use core::fmt;
+use std::collections::HashMap;
+use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
+use std::thread::JoinHandle;
+
+/// How a [`WriterPool`] is set up.
+#[derive(Clone, Debug)]
+pub struct PoolConfig {
+    /// Writer threads (at least one).
+    pub threads: usize,
+    /// Events each thread's queue holds before [`WriterPool::submit`] waits for room.
+    pub queue_capacity: usize,
+}
+
+impl Default for PoolConfig {
+    /// Two threads (the machines this crate is measured on have two cores), 4096 events each.
+    fn default() -> Self {
+        Self {
+            threads: 2,
+            queue_capacity: 4096,
+        }
+    }
+}
+
+/// Why an event was not queued. The event is handed back: nothing is lost.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum SubmitError {
+    /// The worker's queue is full ([`WriterPool::try_submit`] only).
+    Full(Event),
+    /// The writer thread is gone (it can only stop if applying an event panicked).
+    Closed(Event),
+}
+
+impl fmt::Display for SubmitError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Full(e) => write!(f, "the writer queue of {} is full", e.worker),
+            Self::Closed(e) => write!(f, "the writer thread of {} has stopped", e.worker),
+        }
+    }
+}
+
+impl std::error::Error for SubmitError {}
+
+/// Counters of a [`WriterPool`], read with [`WriterPool::stats`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct PoolStats {
+    /// Events applied without error.
+    pub applied: u64,
+    /// `Removed` events applied with an [`EventError::UnknownBlocks`] warning.
+    pub warned_unknown_blocks: u64,
+    /// Events rejected with [`EventError::UnknownParent`] (nothing changed).
+    pub rejected_unknown_parent: u64,
+    /// Events rejected with [`EventError::InvalidSequence`].
+    pub rejected_invalid_sequence: u64,
+    /// Events rejected with [`EventError::Conflict`].
+    pub rejected_conflict: u64,
+    /// Times a worker's event id jumped ahead (events were lost upstream). Applied anyway.
+    pub gaps: u64,
+    /// Event ids skipped over by those gaps.
+    pub missed_events: u64,
+    /// Events whose id was not newer than the last one of their worker: skipped, not applied.
+    pub duplicates: u64,
+}
+
+impl PoolStats {
+    /// Every event rejected (nothing changed).
+    pub fn rejected(&self) -> u64 {
+        self.rejected_unknown_parent + self.rejected_invalid_sequence + self.rejected_conflict
+    }
+}
+
+#[derive(Default)]
+struct Counters {
+    applied: AtomicU64,
+    warned_unknown_blocks: AtomicU64,
+    rejected_unknown_parent: AtomicU64,
+    rejected_invalid_sequence: AtomicU64,
+    rejected_conflict: AtomicU64,
+    gaps: AtomicU64,
+    missed_events: AtomicU64,
+    duplicates: AtomicU64,
+}
+
+impl Counters {
+    fn count(&self, result: &Result<(), EventError>) {
+        let counter = match result {
+            Ok(()) => &self.applied,
+            Err(EventError::UnknownBlocks { .. }) => &self.warned_unknown_blocks,
+            Err(EventError::UnknownParent { .. }) => &self.rejected_unknown_parent,
+            Err(EventError::InvalidSequence { .. }) => &self.rejected_invalid_sequence,
+            Err(EventError::Conflict { .. }) => &self.rejected_conflict,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Counts down to zero, then wakes the waiter: the flush barrier.
+struct Latch {
+    remaining: Mutex<usize>,
+    done: Condvar,
+}
+
+impl Latch {
+    fn new(n: usize) -> Self {
+        Self {
+            remaining: Mutex::new(n),
+            done: Condvar::new(),
+        }
+    }
+
+    fn count_down(&self) {
+        let mut remaining = lock(&self.remaining);
+        *remaining -= 1;
+        if *remaining == 0 {
+            self.done.notify_all();
+        }
+    }
+
+    fn wait(&self) {
+        let mut remaining = lock(&self.remaining);
+        while *remaining > 0 {
+            remaining = match self.done.wait(remaining) {
+                Ok(guard) => guard,
+                Err(poisoned) => poisoned.into_inner(),
+            };
+        }
+    }
+}
+
+enum Msg {
+    Event(Event),
+    RemoveWorker(u64),
+    RemoveWorkerDpRank(Worker),
+    Flush(Arc<Latch>),
+}
+
+/// A pool of writer threads in front of any [`KvIndex`]. See the [module docs](self).
+///
+/// Queues are bounded. [`submit`](Self::submit) waits while the worker's queue is full (back
+/// pressure: the wait lasts until its writer has applied one event);
+/// [`try_submit`](Self::try_submit) never waits and hands the event back instead.
+///
+/// Event ids are checked per worker: an id more than one past the last is counted as a gap and
+/// applied; an id not newer than the last is counted as a duplicate and skipped (an engine that
+/// restarts its numbering must clear the worker first: `Cleared` and worker removal reset it).
+///
+/// Dropping the pool applies every queued event, then joins the threads.
+pub struct WriterPool<I: KvIndex + 'static> {
+    index: Arc<I>,
+    queues: Vec<SyncSender<Msg>>,
+    threads: Vec<JoinHandle<()>>,
+    counters: Arc<Counters>,
+}
+
+impl<I: KvIndex + 'static> WriterPool<I> {
+    /// Starts `config.threads` writer threads over `index`.
+    pub fn new(index: Arc<I>, config: PoolConfig) -> Self {
+        let counters = Arc::new(Counters::default());
+        let (queues, threads) = (0..config.threads.max(1))
+            .map(|i| {
+                let (tx, rx) = sync_channel(config.queue_capacity.max(1));
+                let (index, counters) = (index.clone(), counters.clone());
+                let thread = std::thread::Builder::new()
+                    .name(format!("flash-writer-{i}"))
+                    .spawn(move || writer_loop(&*index, &counters, rx))
+                    .expect("failed to spawn a writer thread");
+                (tx, thread)
+            })
+            .unzip();
+        Self {
+            index,
+            queues,
+            threads,
+            counters,
+        }
+    }
+
+    /// The index the pool writes to.
+    pub fn index(&self) -> &Arc<I> {
+        &self.index
+    }
+
+    fn queue(&self, id: u64) -> &SyncSender<Msg> {
+        // A multiplicative mix so that dense worker ids spread over the threads.
+        let h = id.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 32;
+        &self.queues[(h % self.queues.len() as u64) as usize]
+    }
+
+    /// Queues `event`, waiting while its worker's queue is full.
+    pub fn submit(&self, event: Event) -> Result<(), SubmitError> {
+        self.queue(event.worker.id)
+            .send(Msg::Event(event))
+            .map_err(|e| match e.0 {
+                Msg::Event(event) => SubmitError::Closed(event),
+                _ => unreachable!("the message sent was an event"),
+            })
+    }
+
+    /// Queues `event` if its worker's queue has room; hands it back otherwise.
+    pub fn try_submit(&self, event: Event) -> Result<(), SubmitError> {
+        self.queue(event.worker.id)
+            .try_send(Msg::Event(event))
+            .map_err(|e| match e {
+                TrySendError::Full(Msg::Event(event)) => SubmitError::Full(event),
+                TrySendError::Disconnected(Msg::Event(event)) => SubmitError::Closed(event),
+                _ => unreachable!("the message sent was an event"),
+            })
+    }
+
+    /// Queues [`KvIndex::remove_worker`] behind the worker's earlier events.
+    pub fn remove_worker(&self, id: u64) {
+        let _ = self.queue(id).send(Msg::RemoveWorker(id));
+    }
+
+    /// Queues [`KvIndex::remove_worker_dp_rank`] behind the worker's earlier events.
+    pub fn remove_worker_dp_rank(&self, worker: Worker) {
+        let _ = self.queue(worker.id).send(Msg::RemoveWorkerDpRank(worker));
+    }
+
+    /// Returns once every event submitted before this call has been applied: a marker goes
+    /// through every queue, behind what was already queued, and each writer counts it down.
+    pub fn flush(&self) {
+        let latch = Arc::new(Latch::new(self.queues.len()));
+        for queue in &self.queues {
+            if queue.send(Msg::Flush(latch.clone())).is_err() {
+                latch.count_down(); // A stopped writer has nothing left to apply.
+            }
+        }
+        latch.wait();
+    }
+
+    /// Queries the index inline, on the caller's thread.
+    pub fn find_matches(&self, query: &[LocalHash]) -> OverlapScores {
+        self.index.find_matches(query)
+    }
+
+    /// A snapshot of the counters.
+    pub fn stats(&self) -> PoolStats {
+        let c = &*self.counters;
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        PoolStats {
+            applied: get(&c.applied),
+            warned_unknown_blocks: get(&c.warned_unknown_blocks),
+            rejected_unknown_parent: get(&c.rejected_unknown_parent),
+            rejected_invalid_sequence: get(&c.rejected_invalid_sequence),
+            rejected_conflict: get(&c.rejected_conflict),
+            gaps: get(&c.gaps),
+            missed_events: get(&c.missed_events),
+            duplicates: get(&c.duplicates),
+        }
+    }
+
+    /// Writer threads.
+    pub fn threads(&self) -> usize {
+        self.queues.len()
+    }
+}
+
+impl<I: KvIndex + 'static> Drop for WriterPool<I> {
+    fn drop(&mut self) {
+        self.queues.clear(); // Writers drain their queues, see the hang-up, and return.
+        for thread in self.threads.drain(..) {
+            let _ = thread.join();
+        }
+    }
+}
+
+impl<I: KvIndex + 'static> fmt::Debug for WriterPool<I> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("WriterPool")
+            .field("threads", &self.queues.len())
+            .field("stats", &self.stats())
+            .finish()
+    }
+}
+
+fn writer_loop(index: &dyn KvIndex, counters: &Counters, queue: Receiver<Msg>) {
+    // The next event id expected of each worker this thread owns.
+    let mut next_id: HashMap<Worker, u64> = HashMap::new();
+    for msg in queue {
+        match msg {
+            Msg::Event(event) => {
+                if let Some(&expected) = next_id.get(&event.worker) {
+                    if event.event_id < expected {
+                        counters.duplicates.fetch_add(1, Ordering::Relaxed);
+                        continue;
+                    }
+                    if event.event_id > expected {
+                        counters.gaps.fetch_add(1, Ordering::Relaxed);
+                        counters
+                            .missed_events
+                            .fetch_add(event.event_id - expected, Ordering::Relaxed);
+                    }
+                }
+                next_id.insert(event.worker, event.event_id.saturating_add(1));
+                counters.count(&index.apply(&event));
+                if matches!(event.kind, EventKind::Cleared) {
+                    next_id.remove(&event.worker);
+                }
+            }
+            Msg::RemoveWorker(id) => {
+                index.remove_worker(id);
+                next_id.retain(|w, _| w.id != id);
+            }
+            Msg::RemoveWorkerDpRank(worker) => {
+                index.remove_worker_dp_rank(worker);
+                next_id.remove(&worker);
+            }
+            Msg::Flush(latch) => latch.count_down(),
+        }
+    }
+}
