@@ -7,7 +7,7 @@
 
 use crate::core::{Indexer, Key, Layout, Slot, WorkerSet};
 use core::hash::{BuildHasher, Hasher};
-use papaya::{Compute, HashMap, LocalGuard, Operation};
+use papaya::{Compute, HashMap, LocalGuard, Operation, ResizeMode};
 
 /// A hasher for [`Key`]s. Canonical hashes are already uniformly mixed (and keyed per index),
 /// so folding the position in is all it takes; SipHash here would cost more than the probe.
@@ -59,9 +59,13 @@ pub struct PositionalMap {
 
 impl Default for PositionalMap {
     fn default() -> Self {
-        Self {
-            map: HashMap::with_hasher(BuildKeyHasher),
-        }
+        // Blocking resizes: writers finish a resize together, so readers always find a single
+        // table (incremental mode can leave a half-copied table that every miss walks through).
+        let map = HashMap::builder()
+            .hasher(BuildKeyHasher)
+            .resize_mode(ResizeMode::Blocking)
+            .build();
+        Self { map }
     }
 }
 
@@ -75,12 +79,20 @@ impl core::fmt::Debug for PositionalMap {
 
 impl PositionalMap {
     /// The set at `key` with `slot` added (`false`: it was already there).
+    ///
+    /// A new entry goes in with `try_insert`, and `compute` only updates existing ones: in
+    /// papaya 0.2.5 a table filled through `compute` does not grow like one filled through
+    /// `insert`, and a miss in it probed ~100x longer (1.2 us instead of 13 ns at 800k entries,
+    /// measured here).
     pub(crate) fn add_in(
         map: &HashMap<Key, WorkerSet, BuildKeyHasher>,
         key: Key,
         slot: Slot,
         guard: &LocalGuard<'_>,
     ) -> bool {
+        if map.try_insert(key, WorkerSet::One(slot), guard).is_ok() {
+            return true;
+        }
         let result = map.compute(
             key,
             |entry| match entry {
@@ -159,3 +171,33 @@ impl Layout for PositionalMap {
 /// assert_eq!(index.find_matches(&query).get(w), Some(70));
 /// ```
 pub type PositionalIndexer = Indexer<PositionalMap>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn entries_added_are_removed_across_resizes() {
+        let map = PositionalMap::default();
+        let guard = map.guard();
+        let keys: Vec<Key> = (0..50_000u64)
+            .map(|i| Key {
+                pos: (i % 100) as u32,
+                canon: i.wrapping_mul(0x9e37_79b9_7f4a_7c15),
+            })
+            .collect();
+        for (i, key) in keys.iter().enumerate() {
+            assert!(map.add(*key, 1, &guard));
+            assert!(map.add(*key, 2 + (i % 3) as u32, &guard));
+        }
+        for (i, key) in keys.iter().enumerate() {
+            assert!(map.remove(*key, 1, &guard), "key {i} lost slot 1");
+            assert!(
+                map.remove(*key, 2 + (i % 3) as u32, &guard),
+                "key {i} lost its second slot"
+            );
+            assert!(map.get(*key, &guard).is_none());
+        }
+        assert_eq!(map.entries(), 0);
+    }
+}
