@@ -34,6 +34,32 @@ struct Search<'a, 'g, L: Layout> {
     window: [u64; MAX_JUMP as usize + 1],
     lo: u32,
     scores: OverlapScores,
+    /// Absent slots during a partition (reused, so a query allocates it at most once).
+    scratch: Vec<Slot>,
+}
+
+/// Moves the slots of `slots` (sorted) that are in `set` (sorted) to the front, keeping both
+/// parts sorted; returns how many are present. One merge walk: O(|slots| + |set|).
+fn partition_sorted(slots: &mut [Slot], set: &[Slot], scratch: &mut Vec<Slot>) -> usize {
+    if slots == set {
+        return slots.len();
+    }
+    scratch.clear();
+    let (mut write, mut j) = (0, 0);
+    for read in 0..slots.len() {
+        let slot = slots[read];
+        while j < set.len() && set[j] < slot {
+            j += 1;
+        }
+        if j < set.len() && set[j] == slot {
+            slots[write] = slot;
+            write += 1;
+        } else {
+            scratch.push(slot);
+        }
+    }
+    slots[write..].copy_from_slice(scratch);
+    write
 }
 
 impl<L: Layout> Search<'_, '_, L> {
@@ -53,15 +79,11 @@ impl<L: Layout> Search<'_, '_, L> {
             pos: mid,
             canon: self.window[(mid - self.lo) as usize],
         };
-        let set = self.layout.get(key, self.guard);
-        // Partition in place: present at `mid` first.
-        let mut split = 0;
-        for i in 0..slots.len() {
-            if set.is_some_and(|s| s.contains(slots[i])) {
-                slots.swap(i, split);
-                split += 1;
-            }
-        }
+        // Partition in place, present at `mid` first; both parts stay sorted for the next merge.
+        let split = match self.layout.get(key, self.guard) {
+            None => 0,
+            Some(set) => partition_sorted(slots, set.as_slice(), &mut self.scratch),
+        };
         let (present, absent) = slots.split_at_mut(split);
         self.scan_back(present, mid, hi);
         self.scan_back(absent, lo, mid);
@@ -90,6 +112,7 @@ pub(crate) fn jump_search<L: Layout>(
         window: [0; MAX_JUMP as usize + 1],
         lo: 0,
         scores: OverlapScores::new(),
+        scratch: Vec::new(),
     };
     search.window[0] = canon.first(first);
     let Some(set) = layout.get(
@@ -102,11 +125,13 @@ pub(crate) fn jump_search<L: Layout>(
         return search.scores;
     };
     let mut active: Vec<Slot> = set.as_slice().to_vec();
+    search.scores = OverlapScores::with_capacity(active.len());
     let mut dropped: Vec<Slot> = Vec::new();
     let jump = jump.clamp(1, MAX_JUMP);
     let mut lo = 0u32;
     while !active.is_empty() && lo + 1 < n {
         let hi = (lo + jump).min(n - 1);
+        dropped.clear();
         // Slide the window so that it starts at `lo`, then roll the chain up to `hi`.
         search.window[0] = search.window[(lo - search.lo) as usize];
         search.lo = lo;
@@ -123,23 +148,14 @@ pub(crate) fn jump_search<L: Layout>(
         ) {
             Some(set) if set.as_slice() == active.as_slice() => {}
             Some(set) => {
-                dropped.clear();
-                active.retain(|&slot| {
-                    let still = set.contains(slot);
-                    if !still {
-                        dropped.push(slot);
-                    }
-                    still
-                });
+                let still = partition_sorted(&mut active, set.as_slice(), &mut search.scratch);
+                dropped.extend_from_slice(&active[still..]);
+                active.truncate(still);
             }
-            None => {
-                dropped.clear();
-                dropped.append(&mut active);
-            }
+            None => dropped.append(&mut active),
         }
         if !dropped.is_empty() {
             search.scan_back(&mut dropped, lo, hi);
-            dropped.clear();
         }
         lo = hi;
     }
@@ -147,4 +163,26 @@ pub(crate) fn jump_search<L: Layout>(
         search.scores.push(names.name(slot), lo + 1);
     }
     search.scores
+}
+
+#[cfg(test)]
+mod tests {
+    use super::partition_sorted;
+
+    #[test]
+    fn partition_keeps_both_parts_sorted() {
+        let mut slots = vec![1, 3, 4, 7, 9, 12];
+        let mut scratch = Vec::new();
+        assert_eq!(
+            partition_sorted(&mut slots, &[0, 3, 5, 9, 12, 40], &mut scratch),
+            3
+        );
+        assert_eq!(slots, [3, 9, 12, 1, 4, 7]);
+        assert_eq!(
+            partition_sorted(&mut slots[..3], &[3, 9, 12], &mut scratch),
+            3
+        );
+        assert_eq!(partition_sorted(&mut slots[3..], &[2], &mut scratch), 0);
+        assert_eq!(slots[3..], [1, 4, 7]);
+    }
 }
