@@ -35,3 +35,32 @@ pub trait KvIndex: Send + Sync {
     /// for every query. Held-but-unreachable blocks may be left out.
     fn dump(&self) -> Vec<Event>;
 }
+
+macro_rules! forward_kv_index {
+    ($($pointer:ident),*) => {$(
+        /// Forwards to the pointee, so that boxed and shared indexes plug in anywhere.
+        impl<T: KvIndex + ?Sized> KvIndex for $pointer<T> {
+            fn apply(&self, event: &Event) -> Result<(), EventError> {
+                (**self).apply(event)
+            }
+            fn find_matches(&self, query: &[LocalHash]) -> OverlapScores {
+                (**self).find_matches(query)
+            }
+            fn remove_worker(&self, id: u64) {
+                (**self).remove_worker(id)
+            }
+            fn remove_worker_dp_rank(&self, worker: Worker) {
+                (**self).remove_worker_dp_rank(worker)
+            }
+            fn block_count(&self, worker: Worker) -> usize {
+                (**self).block_count(worker)
+            }
+            fn dump(&self) -> Vec<Event> {
+                (**self).dump()
+            }
+        }
+    )*};
+}
+
+use std::sync::Arc;
+forward_kv_index!(Box, Arc);

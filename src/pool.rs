@@ -172,14 +172,14 @@ enum Msg {
 /// restarts its numbering must clear the worker first: `Cleared` and worker removal reset it).
 ///
 /// Dropping the pool applies every queued event, then joins the threads.
-pub struct WriterPool<I: KvIndex + 'static> {
+pub struct WriterPool<I: KvIndex + ?Sized + 'static> {
     index: Arc<I>,
     queues: Vec<SyncSender<Msg>>,
     threads: Vec<JoinHandle<()>>,
     counters: Arc<Counters>,
 }
 
-impl<I: KvIndex + 'static> WriterPool<I> {
+impl<I: KvIndex + ?Sized + 'static> WriterPool<I> {
     /// Starts `config.threads` writer threads over `index`.
     pub fn new(index: Arc<I>, config: PoolConfig) -> Self {
         let counters = Arc::new(Counters::default());
@@ -283,7 +283,7 @@ impl<I: KvIndex + 'static> WriterPool<I> {
     }
 }
 
-impl<I: KvIndex + 'static> Drop for WriterPool<I> {
+impl<I: KvIndex + ?Sized + 'static> Drop for WriterPool<I> {
     fn drop(&mut self) {
         self.queues.clear(); // Writers drain their queues, see the hang-up, and return.
         for thread in self.threads.drain(..) {
@@ -292,7 +292,7 @@ impl<I: KvIndex + 'static> Drop for WriterPool<I> {
     }
 }
 
-impl<I: KvIndex + 'static> fmt::Debug for WriterPool<I> {
+impl<I: KvIndex + ?Sized + 'static> fmt::Debug for WriterPool<I> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("WriterPool")
             .field("threads", &self.queues.len())
@@ -301,7 +301,7 @@ impl<I: KvIndex + 'static> fmt::Debug for WriterPool<I> {
     }
 }
 
-fn writer_loop(index: &dyn KvIndex, counters: &Counters, queue: Receiver<Msg>) {
+fn writer_loop<I: KvIndex + ?Sized>(index: &I, counters: &Counters, queue: Receiver<Msg>) {
     // The next event id expected of each worker this thread owns.
     let mut next_id: HashMap<Worker, u64> = HashMap::new();
     for msg in queue {
