@@ -1,6 +1,49 @@
 //! Storage layouts, each behind its cargo feature. A layout implements
 //! [`Layout`](crate::core::Layout) and knows only where entries live; everything an index means
 //! is in the core.
+//!
+//! [`enabled`] lists the indexes this build has, for suites and tools that run them all.
 
 #[cfg(feature = "positional")]
 pub mod positional;
+
+use crate::index::KvIndex;
+
+/// A named way to build an empty index.
+#[derive(Clone, Copy)]
+pub struct IndexFactory {
+    /// Short name, e.g. `positional` or `positional/jump=3`.
+    pub name: &'static str,
+    /// Builds an empty index.
+    pub make: fn() -> Box<dyn KvIndex>,
+    /// `false` for variants that exist to stress the search (other jump sizes), not to compare.
+    pub primary: bool,
+}
+
+impl core::fmt::Debug for IndexFactory {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(self.name)
+    }
+}
+
+/// Every layout this build has, at its defaults (`primary`), plus search variants with other
+/// jump sizes. The reference, [`NaiveIndexer`](crate::NaiveIndexer), is not included.
+pub fn enabled() -> Vec<IndexFactory> {
+    #[allow(unused_mut)] // Empty when every layout feature is off.
+    let mut out: Vec<IndexFactory> = Vec::new();
+    #[cfg(feature = "positional")]
+    {
+        use crate::{Indexer, PositionalIndexer};
+        out.push(IndexFactory {
+            name: "positional",
+            make: || Box::new(PositionalIndexer::default()),
+            primary: true,
+        });
+        out.push(IndexFactory {
+            name: "positional/jump=3",
+            make: || Box::new(Indexer::<positional::PositionalMap>::with_jump(3)),
+            primary: false,
+        });
+    }
+    out
+}
