@@ -5,67 +5,21 @@
 //! new entry both land and a reader sees either set, never a mix. Random access by position is
 //! what makes the core's jump search possible.
 
+use super::entries::{self, EntryMap, entry_map};
 use crate::core::{Indexer, Key, Layout, Slot, WorkerSet};
-use core::hash::{BuildHasher, Hasher};
-use papaya::{Compute, HashMap, LocalGuard, Operation, ResizeMode};
-
-/// A hasher for [`Key`]s. Canonical hashes are already uniformly mixed (and keyed per index),
-/// so folding the position in is all it takes; SipHash here would cost more than the probe.
-#[derive(Clone, Copy, Default, Debug)]
-pub struct KeyHasher {
-    state: u64,
-}
-
-impl Hasher for KeyHasher {
-    fn finish(&self) -> u64 {
-        self.state
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        // Only reached if `Key`'s `Hash` impl changes; stay correct, if slower.
-        for chunk in bytes.chunks(8) {
-            let mut word = [0u8; 8];
-            word[..chunk.len()].copy_from_slice(chunk);
-            self.write_u64(u64::from_le_bytes(word));
-        }
-    }
-
-    #[inline]
-    fn write_u32(&mut self, pos: u32) {
-        self.state ^= u64::from(pos).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-    }
-
-    #[inline]
-    fn write_u64(&mut self, canon: u64) {
-        self.state = self.state.rotate_left(23) ^ canon;
-    }
-}
-
-/// Builds [`KeyHasher`]s.
-#[derive(Clone, Copy, Default, Debug)]
-pub struct BuildKeyHasher;
-
-impl BuildHasher for BuildKeyHasher {
-    type Hasher = KeyHasher;
-    fn build_hasher(&self) -> KeyHasher {
-        KeyHasher::default()
-    }
-}
+use papaya::LocalGuard;
+use std::sync::Arc;
 
 /// The positional map layout. See the [module docs](self).
 pub struct PositionalMap {
-    map: HashMap<Key, WorkerSet, BuildKeyHasher>,
+    map: EntryMap<Key>,
 }
 
 impl Default for PositionalMap {
     fn default() -> Self {
-        // Blocking resizes: writers finish a resize together, so readers always find a single
-        // table (incremental mode can leave a half-copied table that every miss walks through).
-        let map = HashMap::builder()
-            .hasher(BuildKeyHasher)
-            .resize_mode(ResizeMode::Blocking)
-            .build();
-        Self { map }
+        Self {
+            map: entry_map(None),
+        }
     }
 }
 
@@ -78,55 +32,13 @@ impl core::fmt::Debug for PositionalMap {
 }
 
 impl PositionalMap {
-    /// The set at `key` with `slot` added (`false`: it was already there).
-    ///
-    /// A new entry goes in with `try_insert`, and `compute` only updates existing ones: in
-    /// papaya 0.2.5 a table filled through `compute` does not grow like one filled through
-    /// `insert`, and a miss in it probed ~100x longer (1.2 us instead of 13 ns at 800k entries,
-    /// measured here).
-    pub(crate) fn add_in(
-        map: &HashMap<Key, WorkerSet, BuildKeyHasher>,
-        key: Key,
-        slot: Slot,
-        guard: &LocalGuard<'_>,
-    ) -> bool {
-        if map.try_insert(key, WorkerSet::One(slot), guard).is_ok() {
-            return true;
+    /// A map whose guards come from `collector`, so that a layout holding several maps needs one
+    /// guard for all of them.
+    #[cfg_attr(not(feature = "array"), allow(dead_code))] // Only the array layout shares maps.
+    pub(crate) fn with_collector(collector: Arc<seize::Collector>) -> Self {
+        Self {
+            map: entry_map(Some(collector)),
         }
-        let result = map.compute(
-            key,
-            |entry| match entry {
-                None => Operation::Insert(WorkerSet::One(slot)),
-                Some((_, set)) => match set.with(slot) {
-                    Some(grown) => Operation::Insert(grown),
-                    None => Operation::Abort(()),
-                },
-            },
-            guard,
-        );
-        !matches!(result, Compute::Aborted(()))
-    }
-
-    /// The set at `key` without `slot`, dropped when empty (`false`: it was not there).
-    pub(crate) fn remove_in(
-        map: &HashMap<Key, WorkerSet, BuildKeyHasher>,
-        key: Key,
-        slot: Slot,
-        guard: &LocalGuard<'_>,
-    ) -> bool {
-        let result = map.compute(
-            key,
-            |entry| match entry {
-                None => Operation::Abort(()),
-                Some((_, set)) => match set.without(slot) {
-                    Err(()) => Operation::Abort(()),
-                    Ok(None) => Operation::Remove,
-                    Ok(Some(shrunk)) => Operation::Insert(shrunk),
-                },
-            },
-            guard,
-        );
-        !matches!(result, Compute::Aborted(()))
     }
 }
 
@@ -139,11 +51,11 @@ impl Layout for PositionalMap {
     }
 
     fn add(&self, key: Key, slot: Slot, guard: &LocalGuard<'_>) -> bool {
-        Self::add_in(&self.map, key, slot, guard)
+        entries::add(&self.map, key, slot, guard)
     }
 
     fn remove(&self, key: Key, slot: Slot, guard: &LocalGuard<'_>) -> bool {
-        Self::remove_in(&self.map, key, slot, guard)
+        entries::remove(&self.map, key, slot, guard)
     }
 
     #[inline]
