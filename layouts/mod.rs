@@ -4,7 +4,14 @@
 //!
 //! [`enabled`] lists the indexes this build has, for suites and tools that run them all.
 
-#[cfg(feature = "positional")]
+#[cfg(any(feature = "positional", feature = "array"))]
+mod entries;
+#[cfg(any(feature = "positional", feature = "array"))]
+pub use entries::{BuildKeyHasher, KeyHasher};
+
+#[cfg(feature = "array")]
+pub mod array;
+#[cfg(any(feature = "positional", feature = "array"))]
 pub mod positional;
 
 use crate::index::KvIndex;
@@ -42,6 +49,21 @@ pub fn enabled() -> Vec<IndexFactory> {
         out.push(IndexFactory {
             name: "positional/jump=3",
             make: || Box::new(Indexer::<positional::PositionalMap>::with_jump(3)),
+            primary: false,
+        });
+    }
+    #[cfg(feature = "array")]
+    {
+        use crate::ArrayIndexer;
+        out.push(IndexFactory {
+            name: "array",
+            make: || Box::new(ArrayIndexer::default()),
+            primary: true,
+        });
+        // A shallow array so that generated chains cross into the overflow map.
+        out.push(IndexFactory {
+            name: "array/depth=16",
+            make: || Box::new(array::ArrayIndexerOf::<16>::default()),
             primary: false,
         });
     }

@@ -53,12 +53,21 @@ pub use scores::OverlapScores;
 pub use types::{Block, Event, EventKind, LocalHash, SeqHash, Worker};
 
 pub use crate::core::Indexer;
+#[cfg(feature = "array")]
+pub use layouts::array::ArrayIndexer;
 #[cfg(feature = "positional")]
 pub use layouts::positional::PositionalIndexer;
 
-/// The index routers get: the first enabled of `positional`, `array`, `radix` (SPEC §6).
-#[cfg(feature = "positional")]
+/// The index routers get (SPEC §6): the first enabled of `positional`, `array`, `radix`, unless
+/// a `default-*` feature says otherwise. Switch layouts with cargo features, not code.
+#[cfg(all(feature = "positional", not(feature = "default-array")))]
 pub type DefaultIndexer = PositionalIndexer;
+/// The index routers get (SPEC §6): here the array layout, by feature.
+#[cfg(any(
+    feature = "default-array",
+    all(feature = "array", not(feature = "positional"))
+))]
+pub type DefaultIndexer = ArrayIndexer;
 
 // The README's examples run as doctests.
 #[cfg(doctest)]

@@ -1,0 +1,150 @@
+//! Fixed-depth position arrays: one concurrent map per position for the first `DEPTH`
+//! positions, keyed by canonical hash alone, and an exact overflow for deeper positions.
+//!
+//! Compared with the [positional map](super::positional), a probe indexes an array by position
+//! instead of hashing it into one big key space, and each position's map is smaller. Positions
+//! at or beyond `DEPTH` go to a [`PositionalMap`], so chains of any length stay exact. All maps
+//! share one `seize` collector, so one guard covers a whole query.
+//!
+//! Pick it when the deepest position you care about is known (context length / block size) and
+//! most traffic stays below it; see the crate's benches for where it wins and where it does not.
+
+use super::entries::{self, EntryMap, entry_map};
+use super::positional::PositionalMap;
+use crate::core::{Indexer, Key, Layout, Slot, WorkerSet};
+use papaya::LocalGuard;
+use std::sync::Arc;
+
+/// The depth of [`ArrayIndexer`]: 1024 positions cover 64k tokens at block size 64 (16k at
+/// block size 16), the contexts of the traces this crate is measured on; deeper positions fall
+/// back to the overflow map. An empty index then costs one empty map per position (see
+/// `PositionArray::new`), about 100 KiB.
+pub const DEFAULT_DEPTH: usize = 1024;
+
+/// The position-array layout with `DEPTH` array positions. See the [module docs](self).
+pub struct PositionArray<const DEPTH: usize> {
+    collector: Arc<seize::Collector>,
+    positions: Box<[EntryMap<u64>]>,
+    overflow: PositionalMap,
+}
+
+impl<const DEPTH: usize> PositionArray<DEPTH> {
+    /// An empty layout. Maps allocate their tables only on their first entry.
+    pub fn new() -> Self {
+        let collector = Arc::new(seize::Collector::new());
+        let positions = (0..DEPTH)
+            .map(|_| entry_map(Some(collector.clone())))
+            .collect();
+        let overflow = PositionalMap::with_collector(collector.clone());
+        Self {
+            collector,
+            positions,
+            overflow,
+        }
+    }
+
+    #[inline]
+    fn position(&self, pos: u32) -> Option<&EntryMap<u64>> {
+        self.positions.get(pos as usize)
+    }
+}
+
+impl<const DEPTH: usize> Default for PositionArray<DEPTH> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<const DEPTH: usize> core::fmt::Debug for PositionArray<DEPTH> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("PositionArray")
+            .field("depth", &DEPTH)
+            .field("entries", &self.entries())
+            .finish()
+    }
+}
+
+impl<const DEPTH: usize> Layout for PositionArray<DEPTH> {
+    type Guard<'a> = LocalGuard<'a>;
+
+    #[inline]
+    fn guard(&self) -> LocalGuard<'_> {
+        self.collector.enter()
+    }
+
+    fn add(&self, key: Key, slot: Slot, guard: &LocalGuard<'_>) -> bool {
+        match self.position(key.pos) {
+            Some(map) => entries::add(map, key.canon, slot, guard),
+            None => self.overflow.add(key, slot, guard),
+        }
+    }
+
+    fn remove(&self, key: Key, slot: Slot, guard: &LocalGuard<'_>) -> bool {
+        match self.position(key.pos) {
+            Some(map) => entries::remove(map, key.canon, slot, guard),
+            None => self.overflow.remove(key, slot, guard),
+        }
+    }
+
+    #[inline]
+    fn get<'g>(&'g self, key: Key, guard: &'g LocalGuard<'_>) -> Option<&'g WorkerSet> {
+        match self.position(key.pos) {
+            Some(map) => map.get(&key.canon, guard),
+            None => self.overflow.get(key, guard),
+        }
+    }
+
+    fn entries(&self) -> usize {
+        self.positions.iter().map(|m| m.len()).sum::<usize>() + self.overflow.entries()
+    }
+}
+
+/// The exact index over position arrays of [`DEFAULT_DEPTH`] positions.
+///
+/// ```
+/// use flash_indexer::{ArrayIndexer, Block, Event, KvIndex, LocalHash, SeqHash, Worker};
+///
+/// let index = ArrayIndexer::default();
+/// let w = Worker::new(0, 0);
+/// // 1500 blocks: the last 476 live in the overflow map, and still answer exactly.
+/// let blocks: Vec<Block> = (0..1500).map(|i| Block::new(LocalHash(i), SeqHash(i))).collect();
+/// index.apply(&Event::stored(w, 0, None, blocks)).unwrap();
+/// let query: Vec<LocalHash> = (0..1500).map(LocalHash).collect();
+/// assert_eq!(index.find_matches(&query).get(w), Some(1500));
+/// ```
+pub type ArrayIndexer = Indexer<PositionArray<DEFAULT_DEPTH>>;
+
+/// An array index with another depth, e.g. `ArrayIndexerOf<4096>` for 256k-token contexts at
+/// block size 64.
+pub type ArrayIndexerOf<const DEPTH: usize> = Indexer<PositionArray<DEPTH>>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_below_and_beyond_the_depth_round_trip() {
+        let layout = PositionArray::<4>::new();
+        let guard = layout.guard();
+        let keys = [
+            Key { pos: 0, canon: 1 },
+            Key { pos: 3, canon: 1 },
+            Key { pos: 4, canon: 1 },
+            Key { pos: 900, canon: 7 },
+        ];
+        for key in keys {
+            assert!(layout.add(key, 5, &guard));
+            assert!(!layout.add(key, 5, &guard));
+        }
+        assert_eq!(layout.entries(), 4);
+        for key in keys {
+            assert_eq!(
+                layout.get(key, &guard).map(WorkerSet::as_slice),
+                Some(&[5][..])
+            );
+            assert!(layout.remove(key, 5, &guard));
+            assert!(layout.get(key, &guard).is_none());
+        }
+        assert_eq!(layout.entries(), 0);
+    }
+}
