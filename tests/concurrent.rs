@@ -106,3 +106,19 @@ fn positional_writers_and_readers() {
         stress::<flash_indexer::PositionalIndexer>();
     }
 }
+
+#[cfg(feature = "array")]
+#[test]
+fn array_writers_and_readers() {
+    for _ in 0..5 {
+        stress::<flash_indexer::ArrayIndexer>();
+    }
+}
+
+#[cfg(feature = "array")]
+#[test]
+fn shallow_array_writers_and_readers() {
+    for _ in 0..5 {
+        stress::<flash_indexer::layouts::array::ArrayIndexerOf<16>>();
+    }
+}

@@ -1,46 +1,50 @@
 //! Every layout against the reference on generated adversarial sequences (SPEC: a layout that
-//! disagrees with `NaiveIndexer` on any input is broken).
+//! disagrees with `NaiveIndexer` on any input is broken). Layouts come from
+//! `layouts::enabled()`, so a new layout, and its search variants, join without a line here.
 //!
-//! `FLASH_DIFF_CASES` scales the number of cases (CI runs thousands; the default is a quick run).
+//! `FLASH_DIFF_CASES` sets the adversarial profile's case count (the others scale with it); CI
+//! runs thousands, the default is a quick run.
 
-use flash_indexer::testing::{Profile, assert_agrees_with_reference};
+use flash_indexer::layouts::{self, IndexFactory};
+use flash_indexer::testing::{Profile, agrees_with_reference_using};
 
 fn cases(default: u32) -> u32 {
     std::env::var("FLASH_DIFF_CASES")
         .ok()
         .and_then(|v| v.parse::<u32>().ok())
         .map_or(default, |scale| {
-            // The variable sets the adversarial profile's count; others scale with it.
             (u64::from(default) * u64::from(scale) / 512).max(1) as u32
         })
 }
 
-macro_rules! differential {
-    ($($name:ident: $index:ty),* $(,)?) => {$(
-        mod $name {
-            use super::*;
-
-            #[test]
-            fn adversarial() {
-                assert_agrees_with_reference::<$index>(&Profile::adversarial().cases(cases(512)));
-            }
-
-            #[test]
-            fn long_chains() {
-                assert_agrees_with_reference::<$index>(&Profile::long_chains().cases(cases(12)));
-            }
-
-            #[test]
-            fn many_workers() {
-                assert_agrees_with_reference::<$index>(&Profile::many_workers().cases(cases(24)));
-            }
-        }
-    )*};
+/// Runs `profile` on every enabled layout; reports every layout that diverged.
+fn every_layout(profile: Profile) {
+    let factories = layouts::enabled();
+    assert!(!factories.is_empty(), "no layout feature enabled");
+    let failures: Vec<String> = factories
+        .iter()
+        .filter_map(|IndexFactory { name, make, .. }| {
+            agrees_with_reference_using(make, &profile)
+                .err()
+                .map(|report| format!("{name}: {report}"))
+        })
+        .collect();
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }
 
-#[cfg(feature = "positional")]
-differential! {
-    positional: flash_indexer::PositionalIndexer,
+#[test]
+fn adversarial() {
+    every_layout(Profile::adversarial().cases(cases(512)));
+}
+
+#[test]
+fn long_chains() {
+    every_layout(Profile::long_chains().cases(cases(12)));
+}
+
+#[test]
+fn many_workers() {
+    every_layout(Profile::many_workers().cases(cases(24)));
 }
 
 /// Jump sizes around and at the extremes: the search must be exact for every one of them.

@@ -25,3 +25,10 @@ scenarios! {
 scenarios! {
     positional: PositionalIndexer,
 }
+
+#[cfg(feature = "array")]
+scenarios! {
+    array: ArrayIndexer,
+    // Shallow enough that most scenarios cross into the overflow map.
+    array_depth_16: layouts::array::ArrayIndexerOf<16>,
+}
