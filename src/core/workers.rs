@@ -25,21 +25,47 @@ use std::collections::{HashMap, HashSet};
 
 type Map<K, V> = HashMap<K, V, RandomState>;
 
-/// One held block.
+/// One held block, packed: a fleet holds millions, so every byte counts (40 bytes).
 #[derive(Clone, Copy, Debug)]
 struct Held {
     local: LocalHash,
-    parent: Option<SeqHash>,
-    /// Its key while it is reachable; `None` while it is not.
-    reach: Option<Key>,
+    /// Valid when `HAS_PARENT`.
+    parent: SeqHash,
+    /// Canonical hash, valid when `REACHABLE`.
+    canon: u64,
+    /// The first held child, valid when `HAS_CHILD`; further children are in `more_children`.
+    child: SeqHash,
+    /// Position, valid when `REACHABLE`.
+    pos: u32,
+    flags: u8,
+}
+
+const HAS_PARENT: u8 = 1;
+const REACHABLE: u8 = 2;
+const HAS_CHILD: u8 = 4;
+
+impl Held {
+    fn parent(&self) -> Option<SeqHash> {
+        (self.flags & HAS_PARENT != 0).then_some(self.parent)
+    }
+
+    fn reach(&self) -> Option<Key> {
+        (self.flags & REACHABLE != 0).then_some(Key {
+            pos: self.pos,
+            canon: self.canon,
+        })
+    }
 }
 
 /// What one worker holds. Touched only under the worker's lock.
 pub(crate) struct WorkerState {
     slot: Slot,
     blocks: Map<SeqHash, Held>,
-    /// Held children of each seq, held or not (a removed block's children keep pointing at it).
-    children: Map<SeqHash, Vec<SeqHash>>,
+    /// Held children beyond the first (`Held::child`) of held blocks: only branch points.
+    more_children: Map<SeqHash, Vec<SeqHash>>,
+    /// Held children of blocks that are not held (removed while their children stayed). They
+    /// are adopted again when the block is stored again.
+    orphans: Map<SeqHash, Vec<SeqHash>>,
     /// Reachable blocks beyond the first at each key (salted twins).
     extra: Map<Key, u32>,
 }
@@ -49,7 +75,8 @@ impl WorkerState {
         Self {
             slot,
             blocks: Map::default(),
-            children: Map::default(),
+            more_children: Map::default(),
+            orphans: Map::default(),
             extra: Map::default(),
         }
     }
@@ -60,6 +87,17 @@ impl WorkerState {
 
     pub(crate) fn is_empty(&self) -> bool {
         self.blocks.is_empty()
+    }
+
+    /// Held children of the held block `seq`.
+    fn children(&self, seq: SeqHash, out: &mut Vec<SeqHash>) {
+        let held = &self.blocks[&seq];
+        if held.flags & HAS_CHILD != 0 {
+            out.push(held.child);
+            if let Some(more) = self.more_children.get(&seq) {
+                out.extend_from_slice(more);
+            }
+        }
     }
 
     /// Applies a `Stored` event: checks in SPEC order, then all or nothing.
@@ -90,7 +128,7 @@ impl WorkerState {
         let mut block_parent = parent;
         for block in blocks {
             if let Some(held) = self.blocks.get(&block.seq) {
-                if held.local != block.local || held.parent != block_parent {
+                if held.local != block.local || held.parent() != block_parent {
                     return Err(EventError::Conflict { seq: block.seq });
                 }
             }
@@ -115,20 +153,39 @@ impl WorkerState {
         local: LocalHash,
         parent: Option<SeqHash>,
     ) {
-        self.blocks.insert(
-            seq,
-            Held {
-                local,
-                parent,
-                reach: None,
-            },
-        );
+        let mut held = Held {
+            local,
+            parent: SeqHash(0),
+            canon: 0,
+            child: SeqHash(0),
+            pos: 0,
+            flags: 0,
+        };
         if let Some(p) = parent {
-            self.children.entry(p).or_default().push(seq);
+            held.parent = p;
+            held.flags |= HAS_PARENT;
         }
+        // Children that stayed held while this block was gone come back with it.
+        if let Some(mut kids) = self.orphans.remove(&seq) {
+            held.child = kids.swap_remove(0);
+            held.flags |= HAS_CHILD;
+            if !kids.is_empty() {
+                self.more_children.insert(seq, kids);
+            }
+        }
+        self.blocks.insert(seq, held);
         let reachable = match parent {
             None => true,
-            Some(p) => self.blocks[&p].reach.is_some(),
+            Some(p) => {
+                let parent = self.blocks.get_mut(&p).expect("store validated the parent");
+                if parent.flags & HAS_CHILD == 0 {
+                    parent.child = seq;
+                    parent.flags |= HAS_CHILD;
+                } else {
+                    self.more_children.entry(p).or_default().push(seq);
+                }
+                parent.flags & REACHABLE != 0
+            }
         };
         if reachable {
             self.attach(layout, guard, canon, seq);
@@ -147,40 +204,41 @@ impl WorkerState {
         let mut stack = vec![root];
         while let Some(seq) = stack.pop() {
             let held = self.blocks[&seq];
-            if held.reach.is_some() {
+            if held.flags & REACHABLE != 0 {
                 continue; // Cannot happen on a tree; keeps any input from looping.
             }
-            let parent_key = held
-                .parent
-                .map(|p| self.blocks[&p].reach.expect("attach: parent is reachable"));
+            let parent_key = held.parent().map(|p| {
+                self.blocks[&p]
+                    .reach()
+                    .expect("attach: parent is reachable")
+            });
             let key = canon.child(parent_key, held.local);
-            self.blocks.get_mut(&seq).expect("attach: held").reach = Some(key);
+            let entry = self.blocks.get_mut(&seq).expect("attach: held");
+            entry.pos = key.pos;
+            entry.canon = key.canon;
+            entry.flags |= REACHABLE;
             if !layout.add(key, self.slot, guard) {
                 *self.extra.entry(key).or_insert(0) += 1;
             }
-            if let Some(kids) = self.children.get(&seq) {
-                stack.extend(kids.iter().filter(|k| self.blocks.contains_key(k)));
-            }
+            self.children(seq, &mut stack);
         }
     }
 
     /// Makes `root` (reachable) and its descendants unreachable, children before parents.
     fn detach<L: Layout>(&mut self, layout: &L, guard: &L::Guard<'_>, root: SeqHash) {
         // Pre-order collection, detached in reverse: every block after all its descendants.
-        let mut order = Vec::new();
-        let mut stack = vec![root];
-        while let Some(seq) = stack.pop() {
-            order.push(seq);
-            if let Some(kids) = self.children.get(&seq) {
-                stack.extend(
-                    kids.iter()
-                        .filter(|k| self.blocks.get(k).is_some_and(|h| h.reach.is_some())),
-                );
-            }
+        // Held descendants of a reachable block are all reachable.
+        let mut order = vec![root];
+        let mut i = 0;
+        while i < order.len() {
+            let seq = order[i];
+            self.children(seq, &mut order);
+            i += 1;
         }
         for seq in order.into_iter().rev() {
             let held = self.blocks.get_mut(&seq).expect("detach: held");
-            if let Some(key) = held.reach.take() {
+            if let Some(key) = held.reach() {
+                held.flags &= !REACHABLE;
                 self.unref(layout, guard, key);
             }
         }
@@ -211,19 +269,19 @@ impl WorkerState {
                 missing.push(seq);
                 continue;
             };
-            if held.reach.is_some() {
+            if held.flags & REACHABLE != 0 {
                 self.detach(layout, guard, seq);
             }
+            // Its children stay held (SPEC §2) and wait for it as orphans.
+            let mut kids = Vec::new();
+            self.children(seq, &mut kids);
+            self.more_children.remove(&seq);
+            if !kids.is_empty() {
+                self.orphans.insert(seq, kids);
+            }
             self.blocks.remove(&seq);
-            if let Some(p) = held.parent {
-                if let Some(siblings) = self.children.get_mut(&p) {
-                    if let Some(i) = siblings.iter().position(|s| *s == seq) {
-                        siblings.swap_remove(i);
-                    }
-                    if siblings.is_empty() {
-                        self.children.remove(&p);
-                    }
-                }
+            if let Some(p) = held.parent() {
+                self.unlink_child(p, seq);
             }
         }
         if missing.is_empty() {
@@ -233,9 +291,36 @@ impl WorkerState {
         }
     }
 
+    /// Forgets that `seq` is a child of `parent`.
+    fn unlink_child(&mut self, parent: SeqHash, seq: SeqHash) {
+        let Some(p) = self.blocks.get_mut(&parent) else {
+            let siblings = self
+                .orphans
+                .get_mut(&parent)
+                .expect("a held block is linked to its parent");
+            remove_from(siblings, seq);
+            if siblings.is_empty() {
+                self.orphans.remove(&parent);
+            }
+            return;
+        };
+        let more = self.more_children.get_mut(&parent);
+        if p.flags & HAS_CHILD != 0 && p.child == seq {
+            match more.and_then(Vec::pop) {
+                Some(next) => p.child = next,
+                None => p.flags &= !HAS_CHILD,
+            }
+        } else if let Some(more) = more {
+            remove_from(more, seq);
+        }
+        if self.more_children.get(&parent).is_some_and(Vec::is_empty) {
+            self.more_children.remove(&parent);
+        }
+    }
+
     /// Removes every reachable block from the layout, deepest first, and forgets everything.
     pub(crate) fn clear<L: Layout>(&mut self, layout: &L, guard: &L::Guard<'_>) {
-        let mut keys: Vec<Key> = self.blocks.values().filter_map(|h| h.reach).collect();
+        let mut keys: Vec<Key> = self.blocks.values().filter_map(Held::reach).collect();
         keys.sort_unstable_by_key(|key| core::cmp::Reverse(key.pos));
         for key in keys {
             self.unref(layout, guard, key);
@@ -249,16 +334,22 @@ impl WorkerState {
         let mut reachable: Vec<(u32, SeqHash, Held)> = self
             .blocks
             .iter()
-            .filter_map(|(s, h)| h.reach.map(|k| (k.pos, *s, *h)))
+            .filter_map(|(s, h)| h.reach().map(|k| (k.pos, *s, *h)))
             .collect();
         reachable.sort_unstable_by_key(|(pos, seq, _)| (*pos, *seq));
         for (event_id, (_, seq, held)) in reachable.into_iter().enumerate() {
             out.push(Event::stored(
                 worker,
                 event_id as u64,
-                held.parent,
+                held.parent(),
                 vec![Block::new(held.local, seq)],
             ));
         }
+    }
+}
+
+fn remove_from(list: &mut Vec<SeqHash>, seq: SeqHash) {
+    if let Some(i) = list.iter().position(|s| *s == seq) {
+        list.swap_remove(i);
     }
 }
