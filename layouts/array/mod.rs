@@ -13,28 +13,27 @@ use super::entries::{self, EntryMap, entry_map};
 use super::positional::PositionalMap;
 use crate::core::{Indexer, Key, Layout, Slot, WorkerSet};
 use papaya::LocalGuard;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 /// The depth of [`ArrayIndexer`]: 1024 positions cover 64k tokens at block size 64 (16k at
 /// block size 16), the contexts of the traces this crate is measured on; deeper positions fall
-/// back to the overflow map. An empty index then costs one empty map per position (see
-/// `PositionArray::new`), about 100 KiB.
+/// back to the overflow map. A position's map is created on its first entry, so an empty index
+/// costs 8 bytes per position.
 pub const DEFAULT_DEPTH: usize = 1024;
 
 /// The position-array layout with `DEPTH` array positions. See the [module docs](self).
 pub struct PositionArray<const DEPTH: usize> {
     collector: Arc<seize::Collector>,
-    positions: Box<[EntryMap<u64>]>,
+    /// One map per position, created on the position's first entry.
+    positions: Box<[OnceLock<EntryMap<u64>>]>,
     overflow: PositionalMap,
 }
 
 impl<const DEPTH: usize> PositionArray<DEPTH> {
-    /// An empty layout. Maps allocate their tables only on their first entry.
+    /// An empty layout.
     pub fn new() -> Self {
         let collector = Arc::new(seize::Collector::new());
-        let positions = (0..DEPTH)
-            .map(|_| entry_map(Some(collector.clone())))
-            .collect();
+        let positions = (0..DEPTH).map(|_| OnceLock::new()).collect();
         let overflow = PositionalMap::with_collector(collector.clone());
         Self {
             collector,
@@ -43,9 +42,10 @@ impl<const DEPTH: usize> PositionArray<DEPTH> {
         }
     }
 
-    #[inline]
-    fn position(&self, pos: u32) -> Option<&EntryMap<u64>> {
-        self.positions.get(pos as usize)
+    /// The map of an array position, created if needed; `None` beyond the array.
+    fn position_or_create(&self, pos: u32) -> Option<&EntryMap<u64>> {
+        let cell = self.positions.get(pos as usize)?;
+        Some(cell.get_or_init(|| entry_map(Some(self.collector.clone()))))
     }
 }
 
@@ -73,29 +73,36 @@ impl<const DEPTH: usize> Layout for PositionArray<DEPTH> {
     }
 
     fn add(&self, key: Key, slot: Slot, guard: &LocalGuard<'_>) -> bool {
-        match self.position(key.pos) {
+        match self.position_or_create(key.pos) {
             Some(map) => entries::add(map, key.canon, slot, guard),
             None => self.overflow.add(key, slot, guard),
         }
     }
 
     fn remove(&self, key: Key, slot: Slot, guard: &LocalGuard<'_>) -> bool {
-        match self.position(key.pos) {
-            Some(map) => entries::remove(map, key.canon, slot, guard),
+        match self.positions.get(key.pos as usize) {
+            Some(cell) => cell
+                .get()
+                .is_some_and(|map| entries::remove(map, key.canon, slot, guard)),
             None => self.overflow.remove(key, slot, guard),
         }
     }
 
     #[inline]
     fn get<'g>(&'g self, key: Key, guard: &'g LocalGuard<'_>) -> Option<&'g WorkerSet> {
-        match self.position(key.pos) {
-            Some(map) => map.get(&key.canon, guard),
+        match self.positions.get(key.pos as usize) {
+            Some(cell) => cell.get()?.get(&key.canon, guard),
             None => self.overflow.get(key, guard),
         }
     }
 
     fn entries(&self) -> usize {
-        self.positions.iter().map(|m| m.len()).sum::<usize>() + self.overflow.entries()
+        self.positions
+            .iter()
+            .filter_map(OnceLock::get)
+            .map(|m| m.len())
+            .sum::<usize>()
+            + self.overflow.entries()
     }
 }
 
