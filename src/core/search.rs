@@ -41,7 +41,7 @@ struct Search<'a, 'g, L: Layout> {
 /// Moves the slots of `slots` (sorted) that are in `set` (sorted) to the front, keeping both
 /// parts sorted; returns how many are present. One merge walk: O(|slots| + |set|).
 fn partition_sorted(slots: &mut [Slot], set: &[Slot], scratch: &mut Vec<Slot>) -> usize {
-    if slots == set {
+    if is_subset(slots, set) {
         return slots.len();
     }
     scratch.clear();
@@ -60,6 +60,41 @@ fn partition_sorted(slots: &mut [Slot], set: &[Slot], scratch: &mut Vec<Slot>) -
     }
     slots[write..].copy_from_slice(scratch);
     write
+}
+
+/// Length of the common prefix of two slices, comparing 16 slots at a time (`memcmp`).
+fn common_prefix(a: &[Slot], b: &[Slot]) -> usize {
+    const CHUNK: usize = 16;
+    let n = a.len().min(b.len());
+    let mut i = 0;
+    while i + CHUNK <= n && a[i..i + CHUNK] == b[i..i + CHUNK] {
+        i += CHUNK;
+    }
+    while i < n && a[i] == b[i] {
+        i += 1;
+    }
+    i
+}
+
+/// Whether sorted `small` is a subset of sorted `big`. Fast when `big` has few extra slots (the
+/// usual case: the workers that drained plus the few that go on): equal runs are compared
+/// with `memcmp`, and each extra slot costs one binary search.
+fn is_subset(mut small: &[Slot], mut big: &[Slot]) -> bool {
+    loop {
+        if small.len() > big.len() {
+            return false;
+        }
+        let common = common_prefix(small, big);
+        small = &small[common..];
+        big = &big[common..];
+        let Some(&next) = small.first() else {
+            return true;
+        };
+        if big[0] > next {
+            return false;
+        }
+        big = &big[big.partition_point(|&s| s < next)..];
+    }
 }
 
 impl<L: Layout> Search<'_, '_, L> {
@@ -167,7 +202,21 @@ pub(crate) fn jump_search<L: Layout>(
 
 #[cfg(test)]
 mod tests {
-    use super::partition_sorted;
+    use super::{is_subset, partition_sorted};
+
+    #[test]
+    fn subset_of_sorted_slices() {
+        let big: Vec<u32> = (0..100).filter(|s| s % 7 != 3).collect();
+        assert!(is_subset(&big, &big));
+        assert!(is_subset(&[], &big));
+        assert!(is_subset(&big[5..60], &big));
+        let sparse: Vec<u32> = big.iter().copied().filter(|s| s % 2 == 0).collect();
+        assert!(is_subset(&sparse, &big));
+        assert!(!is_subset(&[3], &big));
+        assert!(!is_subset(&[0, 1, 2, 3], &big));
+        assert!(!is_subset(&[99, 100], &big));
+        assert!(!is_subset(&big, &big[1..]));
+    }
 
     #[test]
     fn partition_keeps_both_parts_sorted() {
