@@ -242,10 +242,44 @@ fn summary(w: &Workload) {
     }
 }
 
+/// Query latency of the positional layout at several jumps on the same data: the measurement
+/// behind `DEFAULT_JUMP`.
+#[cfg(feature = "positional")]
+fn jump_sweep(w: &Workload) {
+    use flash_indexer::{Indexer, layouts::positional::PositionalMap};
+    println!("\nJump sweep, positional layout (query p50 / p99 of the same {QUERIES} queries)");
+    for jump in [4u32, 8, 16, 32, 64, 128] {
+        let index: Arc<dyn KvIndex> = Arc::new(Indexer::<PositionalMap>::with_jump(jump));
+        through_pool(&index, &w.stores);
+        let (mut p50, mut p99) = (vec![], vec![]);
+        for _ in 0..3 {
+            let mut lat: Vec<u64> = w
+                .queries
+                .iter()
+                .map(|q| {
+                    let start = Instant::now();
+                    black_box(index.find_matches(q));
+                    start.elapsed().as_nanos() as u64
+                })
+                .collect();
+            lat.sort_unstable();
+            p50.push(lat[lat.len() / 2] as f64);
+            p99.push(lat[lat.len() * 99 / 100] as f64);
+        }
+        println!(
+            "  jump {jump:>3}: p50 {:>6.0} ns   p99 {:>6.0} ns",
+            median(p50),
+            median(p99)
+        );
+    }
+}
+
 fn main() {
     let workload = build();
     let mut criterion = Criterion::default().configure_from_args();
     criterion_part(&mut criterion, &workload);
     criterion.final_summary();
     summary(&workload);
+    #[cfg(feature = "positional")]
+    jump_sweep(&workload);
 }
