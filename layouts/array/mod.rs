@@ -20,7 +20,9 @@
 
 use super::entries::{self, EntryMap, entry_map};
 use super::positional::PositionalMap;
-use crate::core::{Indexer, Key, Layout, Slot, WorkerSet};
+use crate::core::{ByPosition, Indexer, Key, Layout, QueryCtx, Slot, WorkerSet};
+use crate::scores::OverlapScores;
+use crate::types::LocalHash;
 use papaya::LocalGuard;
 use std::sync::{Arc, OnceLock};
 
@@ -75,34 +77,38 @@ impl<const DEPTH: usize> core::fmt::Debug for PositionArray<DEPTH> {
 
 impl<const DEPTH: usize> Layout for PositionArray<DEPTH> {
     type Guard<'a> = LocalGuard<'a>;
+    type Handle = ();
 
     #[inline]
     fn guard(&self) -> LocalGuard<'_> {
         self.collector.enter()
     }
 
-    fn add(&self, key: Key, slot: Slot, guard: &LocalGuard<'_>) -> bool {
+    fn add(
+        &self,
+        key: Key,
+        local: LocalHash,
+        parent: Option<()>,
+        slot: Slot,
+        guard: &LocalGuard<'_>,
+    ) -> ((), bool) {
         match self.position_or_create(key.pos) {
-            Some(map) => entries::add(map, key.canon, slot, guard),
-            None => self.overflow.add(key, slot, guard),
+            Some(map) => ((), entries::add(map, key.canon, slot, guard)),
+            None => self.overflow.add(key, local, parent, slot, guard),
         }
     }
 
-    fn remove(&self, key: Key, slot: Slot, guard: &LocalGuard<'_>) -> bool {
+    fn remove(&self, key: Key, (): (), slot: Slot, guard: &LocalGuard<'_>) -> bool {
         match self.positions.get(key.pos as usize) {
             Some(cell) => cell
                 .get()
                 .is_some_and(|map| entries::remove(map, key.canon, slot, guard)),
-            None => self.overflow.remove(key, slot, guard),
+            None => self.overflow.remove(key, (), slot, guard),
         }
     }
 
-    #[inline]
-    fn get<'g>(&'g self, key: Key, guard: &'g LocalGuard<'_>) -> Option<&'g WorkerSet> {
-        match self.positions.get(key.pos as usize) {
-            Some(cell) => cell.get()?.get(&key.canon, guard),
-            None => self.overflow.get(key, guard),
-        }
+    fn find(&self, ctx: &QueryCtx<'_>, query: &[LocalHash]) -> OverlapScores {
+        ctx.jump_search(self, query)
     }
 
     fn entries(&self) -> usize {
@@ -112,6 +118,16 @@ impl<const DEPTH: usize> Layout for PositionArray<DEPTH> {
             .map(|m| m.len())
             .sum::<usize>()
             + self.overflow.entries()
+    }
+}
+
+impl<const DEPTH: usize> ByPosition for PositionArray<DEPTH> {
+    #[inline]
+    fn get<'g>(&'g self, key: Key, guard: &'g LocalGuard<'_>) -> Option<&'g WorkerSet> {
+        match self.positions.get(key.pos as usize) {
+            Some(cell) => cell.get()?.get(&key.canon, guard),
+            None => self.overflow.get(key, guard),
+        }
     }
 }
 
@@ -149,8 +165,8 @@ mod tests {
             Key { pos: 900, canon: 7 },
         ];
         for key in keys {
-            assert!(layout.add(key, 5, &guard));
-            assert!(!layout.add(key, 5, &guard));
+            assert!(layout.add(key, LocalHash(0), None, 5, &guard).1);
+            assert!(!layout.add(key, LocalHash(0), None, 5, &guard).1);
         }
         assert_eq!(layout.entries(), 4);
         for key in keys {
@@ -158,7 +174,7 @@ mod tests {
                 layout.get(key, &guard).map(WorkerSet::as_slice),
                 Some(&[5][..])
             );
-            assert!(layout.remove(key, 5, &guard));
+            assert!(layout.remove(key, (), 5, &guard));
             assert!(layout.get(key, &guard).is_none());
         }
         assert_eq!(layout.entries(), 0);

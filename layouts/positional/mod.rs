@@ -6,7 +6,9 @@
 //! what makes the core's jump search possible.
 
 use super::entries::{self, EntryMap, entry_map};
-use crate::core::{Indexer, Key, Layout, Slot, WorkerSet};
+use crate::core::{ByPosition, Indexer, Key, Layout, QueryCtx, Slot, WorkerSet};
+use crate::scores::OverlapScores;
+use crate::types::LocalHash;
 use papaya::LocalGuard;
 use std::sync::Arc;
 
@@ -44,27 +46,41 @@ impl PositionalMap {
 
 impl Layout for PositionalMap {
     type Guard<'a> = LocalGuard<'a>;
+    type Handle = ();
 
     #[inline]
     fn guard(&self) -> LocalGuard<'_> {
         self.map.guard()
     }
 
-    fn add(&self, key: Key, slot: Slot, guard: &LocalGuard<'_>) -> bool {
-        entries::add(&self.map, key, slot, guard)
+    fn add(
+        &self,
+        key: Key,
+        _: LocalHash,
+        _: Option<()>,
+        slot: Slot,
+        guard: &LocalGuard<'_>,
+    ) -> ((), bool) {
+        ((), entries::add(&self.map, key, slot, guard))
     }
 
-    fn remove(&self, key: Key, slot: Slot, guard: &LocalGuard<'_>) -> bool {
+    fn remove(&self, key: Key, (): (), slot: Slot, guard: &LocalGuard<'_>) -> bool {
         entries::remove(&self.map, key, slot, guard)
     }
 
-    #[inline]
-    fn get<'g>(&'g self, key: Key, guard: &'g LocalGuard<'_>) -> Option<&'g WorkerSet> {
-        self.map.get(&key, guard)
+    fn find(&self, ctx: &QueryCtx<'_>, query: &[LocalHash]) -> OverlapScores {
+        ctx.jump_search(self, query)
     }
 
     fn entries(&self) -> usize {
         self.map.len()
+    }
+}
+
+impl ByPosition for PositionalMap {
+    #[inline]
+    fn get<'g>(&'g self, key: Key, guard: &'g LocalGuard<'_>) -> Option<&'g WorkerSet> {
+        self.map.get(&key, guard)
     }
 }
 
@@ -99,13 +115,16 @@ mod tests {
             })
             .collect();
         for (i, key) in keys.iter().enumerate() {
-            assert!(map.add(*key, 1, &guard));
-            assert!(map.add(*key, 2 + (i % 3) as u32, &guard));
+            assert!(map.add(*key, LocalHash(0), None, 1, &guard).1);
+            assert!(
+                map.add(*key, LocalHash(0), None, 2 + (i % 3) as u32, &guard)
+                    .1
+            );
         }
         for (i, key) in keys.iter().enumerate() {
-            assert!(map.remove(*key, 1, &guard), "key {i} lost slot 1");
+            assert!(map.remove(*key, (), 1, &guard), "key {i} lost slot 1");
             assert!(
-                map.remove(*key, 2 + (i % 3) as u32, &guard),
+                map.remove(*key, (), 2 + (i % 3) as u32, &guard),
                 "key {i} lost its second slot"
             );
             assert!(map.get(*key, &guard).is_none());

@@ -13,7 +13,7 @@ mod worker_set;
 mod workers;
 
 pub use canon::Key;
-pub use layout::Layout;
+pub use layout::{ByPosition, Layout, QueryCtx, Tree};
 pub use search::MAX_JUMP;
 pub use worker_set::{Slot, WorkerSet};
 
@@ -41,7 +41,7 @@ pub const DEFAULT_JUMP: u32 = 32;
 /// `PositionalIndexer` and the other layouts' indexers are aliases of this type.
 pub struct Indexer<L: Layout> {
     layout: L,
-    workers: WorkerTable,
+    workers: WorkerTable<L>,
     canon: Canon,
     jump: u32,
 }
@@ -109,7 +109,7 @@ impl<L: Layout> Indexer<L> {
     fn with_worker<T>(
         &self,
         worker: Worker,
-        f: impl FnOnce(&mut WorkerState, &L::Guard<'_>) -> T,
+        f: impl FnOnce(&mut WorkerState<L>, &L::Guard<'_>) -> T,
     ) -> T {
         loop {
             let cell = self.workers.cell_or_create(worker);
@@ -128,7 +128,7 @@ impl<L: Layout> Indexer<L> {
     }
 
     /// Clears and retires one worker's cell.
-    fn drop_worker(&self, worker: Worker, cell: &Arc<WorkerCell>) {
+    fn drop_worker(&self, worker: Worker, cell: &Arc<WorkerCell<L>>) {
         let mut state = lock(&cell.state);
         if let Some(st) = state.as_mut() {
             st.clear(&self.layout, &self.layout.guard());
@@ -168,7 +168,12 @@ impl<L: Layout> KvIndex for Indexer<L> {
     }
 
     fn find_matches(&self, query: &[LocalHash]) -> OverlapScores {
-        search::jump_search(&self.layout, &self.workers, &self.canon, query, self.jump)
+        let ctx = QueryCtx {
+            names: &self.workers.names,
+            canon: &self.canon,
+            jump: self.jump,
+        };
+        self.layout.find(&ctx, query)
     }
 
     fn remove_worker(&self, id: u64) {

@@ -17,8 +17,8 @@
 //! appears mid-query never stands in for one that left.
 
 use super::canon::{Canon, Key};
-use super::layout::Layout;
-use super::slots::WorkerTable;
+use super::layout::{ByPosition, Tree};
+use super::slots::Names;
 use super::worker_set::Slot;
 use crate::scores::OverlapScores;
 use crate::types::LocalHash;
@@ -26,10 +26,10 @@ use crate::types::LocalHash;
 /// The largest jump the search supports (the window of canonical hashes lives on the stack).
 pub const MAX_JUMP: u32 = 256;
 
-struct Search<'a, 'g, L: Layout> {
+struct Search<'a, 'g, L: ByPosition> {
     layout: &'a L,
     guard: &'a L::Guard<'g>,
-    names: &'a WorkerTable,
+    names: &'a Names,
     /// Canonical hashes of the current window: `window[i]` is position `lo + i`.
     window: [u64; MAX_JUMP as usize + 1],
     lo: u32,
@@ -97,7 +97,7 @@ fn is_subset(mut small: &[Slot], mut big: &[Slot]) -> bool {
     }
 }
 
-impl<L: Layout> Search<'_, '_, L> {
+impl<L: ByPosition> Search<'_, '_, L> {
     /// `slots` were present at `lo` and absent at `hi`: find each one's last position.
     fn scan_back(&mut self, slots: &mut [Slot], lo: u32, hi: u32) {
         if slots.is_empty() {
@@ -125,10 +125,74 @@ impl<L: Layout> Search<'_, '_, L> {
     }
 }
 
+/// What a layout's [`find`](super::Layout::find) gets from the core: the means to run the core's
+/// searches (canonical hashes, worker names, the configured jump).
+pub struct QueryCtx<'a> {
+    pub(crate) names: &'a Names,
+    pub(crate) canon: &'a Canon,
+    pub(crate) jump: u32,
+}
+
+impl QueryCtx<'_> {
+    /// Jump search with binary scan-back over a layout with random access by key.
+    pub fn jump_search<L: ByPosition>(&self, layout: &L, query: &[LocalHash]) -> OverlapScores {
+        jump_search(layout, self.names, self.canon, query, self.jump)
+    }
+
+    /// A walk from the root of a tree layout, one child per query position.
+    pub fn walk<L: Tree>(&self, layout: &L, query: &[LocalHash]) -> OverlapScores {
+        walk(layout, self.names, query)
+    }
+}
+
+/// Walks `query` down a tree layout, narrowing the active set at every node. Every reported depth
+/// is `i + 1` for a node `i` at which the worker was observed present.
+fn walk<L: Tree>(layout: &L, names: &Names, query: &[LocalHash]) -> OverlapScores {
+    let mut scores = OverlapScores::new();
+    let Some(&first) = query.first() else {
+        return scores;
+    };
+    // Pin before reading any slot: slots are reused only after every pinned query ends.
+    let _epoch = crossbeam_epoch::pin();
+    let guard = layout.guard();
+    let Some(mut node) = layout.child(None, first, &guard) else {
+        return scores;
+    };
+    let Some(set) = layout.workers(node, &guard) else {
+        return scores;
+    };
+    let mut active: Vec<Slot> = set.as_slice().to_vec();
+    scores = OverlapScores::with_capacity(active.len());
+    let mut scratch = Vec::new();
+    let mut depth = 1u32;
+    for &local in &query[1..] {
+        let set = layout.child(Some(node), local, &guard).and_then(|child| {
+            node = child;
+            layout.workers(child, &guard)
+        });
+        let still = match set {
+            Some(set) => partition_sorted(&mut active, set.as_slice(), &mut scratch),
+            None => 0,
+        };
+        for &slot in &active[still..] {
+            scores.push(names.name(slot), depth);
+        }
+        active.truncate(still);
+        if active.is_empty() {
+            return scores;
+        }
+        depth += 1;
+    }
+    for slot in active {
+        scores.push(names.name(slot), depth);
+    }
+    scores
+}
+
 /// How deep each worker matches `query`, jumping `jump` positions at a time.
-pub(crate) fn jump_search<L: Layout>(
+fn jump_search<L: ByPosition>(
     layout: &L,
-    names: &WorkerTable,
+    names: &Names,
     canon: &Canon,
     query: &[LocalHash],
     jump: u32,

@@ -7,6 +7,7 @@
 //! while they read slots. Without that, a query that saw worker A's slot at shallow positions and
 //! the same slot, now worker B's, deeper would credit B with A's depth.
 
+use super::layout::Layout;
 use super::worker_set::Slot;
 use super::workers::WorkerState;
 use crate::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -23,16 +24,16 @@ const SEGMENTS: usize = 23;
 /// One worker's state, behind its own lock so that events of different workers apply in
 /// parallel. `None` once the worker was retired (emptied, cleared or removed): a writer that
 /// finds it retired looks the worker up again.
-pub(crate) struct WorkerCell {
+pub(crate) struct WorkerCell<L: Layout> {
     pub(crate) slot: Slot,
-    pub(crate) state: Mutex<Option<WorkerState>>,
+    pub(crate) state: Mutex<Option<WorkerState<L>>>,
 }
 
 /// One slot's worker, as an id and a dp rank readable without locks.
 type Name = (AtomicU64, AtomicU32);
 
 /// slot -> worker, readable without locks.
-struct Names {
+pub(crate) struct Names {
     segments: [OnceLock<Box<[Name]>>; SEGMENTS],
 }
 
@@ -64,7 +65,10 @@ impl Names {
         rank.store(worker.dp_rank, Ordering::Relaxed);
     }
 
-    fn get(&self, slot: Slot) -> Worker {
+    /// The worker a slot names. Only meaningful for slots read from a layout under a pinned
+    /// epoch guard.
+    #[inline]
+    pub(crate) fn name(&self, slot: Slot) -> Worker {
         let (id, rank) = self.cell(slot);
         Worker::new(id.load(Ordering::Relaxed), rank.load(Ordering::Relaxed))
     }
@@ -78,13 +82,13 @@ struct FreeSlots {
 }
 
 /// The live workers, their cells and slots.
-pub(crate) struct WorkerTable {
-    cells: Mutex<HashMap<Worker, Arc<WorkerCell>>>,
-    names: Names,
+pub(crate) struct WorkerTable<L: Layout> {
+    cells: Mutex<HashMap<Worker, Arc<WorkerCell<L>>>>,
+    pub(crate) names: Names,
     free: Arc<Mutex<FreeSlots>>,
 }
 
-impl Default for WorkerTable {
+impl<L: Layout> Default for WorkerTable<L> {
     fn default() -> Self {
         Self {
             cells: Mutex::new(HashMap::new()),
@@ -96,9 +100,9 @@ impl Default for WorkerTable {
     }
 }
 
-impl WorkerTable {
+impl<L: Layout> WorkerTable<L> {
     /// The cell of `worker`, created (with a fresh slot) when the worker is new.
-    pub(crate) fn cell_or_create(&self, worker: Worker) -> Arc<WorkerCell> {
+    pub(crate) fn cell_or_create(&self, worker: Worker) -> Arc<WorkerCell<L>> {
         let mut cells = lock(&self.cells);
         if let Some(cell) = cells.get(&worker) {
             return cell.clone();
@@ -120,7 +124,7 @@ impl WorkerTable {
     }
 
     /// The cell of `worker`, if it is live.
-    pub(crate) fn cell(&self, worker: Worker) -> Option<Arc<WorkerCell>> {
+    pub(crate) fn cell(&self, worker: Worker) -> Option<Arc<WorkerCell<L>>> {
         lock(&self.cells).get(&worker).cloned()
     }
 
@@ -128,7 +132,7 @@ impl WorkerTable {
     pub(crate) fn cells_where(
         &self,
         filter: impl Fn(&Worker) -> bool,
-    ) -> Vec<(Worker, Arc<WorkerCell>)> {
+    ) -> Vec<(Worker, Arc<WorkerCell<L>>)> {
         let cells = lock(&self.cells);
         let mut out: Vec<_> = cells
             .iter()
@@ -142,7 +146,7 @@ impl WorkerTable {
     /// Retires `worker`'s cell. The caller holds the cell's state lock, has set the state to
     /// `None` and removed every layout entry of the slot. The slot is freed once no query that
     /// started before this call can still be reading it.
-    pub(crate) fn retire(&self, worker: Worker, cell: &Arc<WorkerCell>) {
+    pub(crate) fn retire(&self, worker: Worker, cell: &Arc<WorkerCell<L>>) {
         let mut cells = lock(&self.cells);
         if cells.get(&worker).is_some_and(|c| Arc::ptr_eq(c, cell)) {
             cells.remove(&worker);
@@ -152,13 +156,6 @@ impl WorkerTable {
         let slot = cell.slot;
         let guard = crossbeam_epoch::pin();
         guard.defer(move || lock(&free).free.push(slot));
-    }
-
-    /// The worker a slot names. Only meaningful for slots read from a layout under a pinned
-    /// epoch guard.
-    #[inline]
-    pub(crate) fn name(&self, slot: Slot) -> Worker {
-        self.names.get(slot)
     }
 
     /// Live workers.

@@ -25,9 +25,10 @@ use std::collections::{HashMap, HashSet};
 
 type Map<K, V> = HashMap<K, V, RandomState>;
 
-/// One held block, packed: a fleet holds millions, so every byte counts (40 bytes).
+/// One held block, packed: a fleet holds millions, so every byte counts (40 bytes, plus the
+/// layout's handle: nothing for the maps, a node pointer for the tree).
 #[derive(Clone, Copy, Debug)]
-struct Held {
+struct Held<H> {
     local: LocalHash,
     /// Valid when `HAS_PARENT`.
     parent: SeqHash,
@@ -38,13 +39,15 @@ struct Held {
     /// Position, valid when `REACHABLE`.
     pos: u32,
     flags: u8,
+    /// The layout's handle of the entry, valid when `REACHABLE`.
+    handle: H,
 }
 
 const HAS_PARENT: u8 = 1;
 const REACHABLE: u8 = 2;
 const HAS_CHILD: u8 = 4;
 
-impl Held {
+impl<H: Copy> Held<H> {
     fn parent(&self) -> Option<SeqHash> {
         (self.flags & HAS_PARENT != 0).then_some(self.parent)
     }
@@ -55,12 +58,16 @@ impl Held {
             canon: self.canon,
         })
     }
+
+    fn reach_handle(&self) -> Option<(Key, H)> {
+        self.reach().map(|key| (key, self.handle))
+    }
 }
 
 /// What one worker holds. Touched only under the worker's lock.
-pub(crate) struct WorkerState {
+pub(crate) struct WorkerState<L: Layout> {
     slot: Slot,
-    blocks: Map<SeqHash, Held>,
+    blocks: Map<SeqHash, Held<L::Handle>>,
     /// Held children beyond the first (`Held::child`) of held blocks: only branch points.
     more_children: Map<SeqHash, Vec<SeqHash>>,
     /// Held children of blocks that are not held (removed while their children stayed). They
@@ -70,7 +77,7 @@ pub(crate) struct WorkerState {
     extra: Map<Key, u32>,
 }
 
-impl WorkerState {
+impl<L: Layout> WorkerState<L> {
     pub(crate) fn new(slot: Slot) -> Self {
         Self {
             slot,
@@ -101,7 +108,7 @@ impl WorkerState {
     }
 
     /// Applies a `Stored` event: checks in SPEC order, then all or nothing.
-    pub(crate) fn store<L: Layout>(
+    pub(crate) fn store(
         &mut self,
         layout: &L,
         guard: &L::Guard<'_>,
@@ -144,7 +151,7 @@ impl WorkerState {
         Ok(())
     }
 
-    fn insert<L: Layout>(
+    fn insert(
         &mut self,
         layout: &L,
         guard: &L::Guard<'_>,
@@ -160,6 +167,7 @@ impl WorkerState {
             child: SeqHash(0),
             pos: 0,
             flags: 0,
+            handle: L::Handle::default(),
         };
         if let Some(p) = parent {
             held.parent = p;
@@ -194,38 +202,35 @@ impl WorkerState {
 
     /// Makes `root` (whose parent is reachable or `None`) and its held descendants reachable,
     /// parents before children.
-    fn attach<L: Layout>(
-        &mut self,
-        layout: &L,
-        guard: &L::Guard<'_>,
-        canon: &Canon,
-        root: SeqHash,
-    ) {
+    fn attach(&mut self, layout: &L, guard: &L::Guard<'_>, canon: &Canon, root: SeqHash) {
         let mut stack = vec![root];
         while let Some(seq) = stack.pop() {
             let held = self.blocks[&seq];
             if held.flags & REACHABLE != 0 {
                 continue; // Cannot happen on a tree; keeps any input from looping.
             }
-            let parent_key = held.parent().map(|p| {
+            let parent = held.parent().map(|p| {
                 self.blocks[&p]
-                    .reach()
+                    .reach_handle()
                     .expect("attach: parent is reachable")
             });
-            let key = canon.child(parent_key, held.local);
+            let key = canon.child(parent.map(|(key, _)| key), held.local);
+            let (handle, new) =
+                layout.add(key, held.local, parent.map(|(_, h)| h), self.slot, guard);
+            if !new {
+                *self.extra.entry(key).or_insert(0) += 1;
+            }
             let entry = self.blocks.get_mut(&seq).expect("attach: held");
             entry.pos = key.pos;
             entry.canon = key.canon;
+            entry.handle = handle;
             entry.flags |= REACHABLE;
-            if !layout.add(key, self.slot, guard) {
-                *self.extra.entry(key).or_insert(0) += 1;
-            }
             self.children(seq, &mut stack);
         }
     }
 
     /// Makes `root` (reachable) and its descendants unreachable, children before parents.
-    fn detach<L: Layout>(&mut self, layout: &L, guard: &L::Guard<'_>, root: SeqHash) {
+    fn detach(&mut self, layout: &L, guard: &L::Guard<'_>, root: SeqHash) {
         // Pre-order collection, detached in reverse: every block after all its descendants.
         // Held descendants of a reachable block are all reachable.
         let mut order = vec![root];
@@ -237,27 +242,27 @@ impl WorkerState {
         }
         for seq in order.into_iter().rev() {
             let held = self.blocks.get_mut(&seq).expect("detach: held");
-            if let Some(key) = held.reach() {
+            if let Some((key, handle)) = held.reach_handle() {
                 held.flags &= !REACHABLE;
-                self.unref(layout, guard, key);
+                self.unref(layout, guard, key, handle);
             }
         }
     }
 
-    fn unref<L: Layout>(&mut self, layout: &L, guard: &L::Guard<'_>, key: Key) {
+    fn unref(&mut self, layout: &L, guard: &L::Guard<'_>, key: Key, handle: L::Handle) {
         match self.extra.get_mut(&key) {
             Some(n) if *n > 1 => *n -= 1,
             Some(_) => {
                 self.extra.remove(&key);
             }
             None => {
-                layout.remove(key, self.slot, guard);
+                layout.remove(key, handle, self.slot, guard);
             }
         }
     }
 
     /// Applies a `Removed` event, in list order.
-    pub(crate) fn remove<L: Layout>(
+    pub(crate) fn remove(
         &mut self,
         layout: &L,
         guard: &L::Guard<'_>,
@@ -319,11 +324,15 @@ impl WorkerState {
     }
 
     /// Removes every reachable block from the layout, deepest first, and forgets everything.
-    pub(crate) fn clear<L: Layout>(&mut self, layout: &L, guard: &L::Guard<'_>) {
-        let mut keys: Vec<Key> = self.blocks.values().filter_map(Held::reach).collect();
-        keys.sort_unstable_by_key(|key| core::cmp::Reverse(key.pos));
-        for key in keys {
-            self.unref(layout, guard, key);
+    pub(crate) fn clear(&mut self, layout: &L, guard: &L::Guard<'_>) {
+        let mut entries: Vec<(Key, L::Handle)> = self
+            .blocks
+            .values()
+            .filter_map(Held::reach_handle)
+            .collect();
+        entries.sort_unstable_by_key(|(key, _)| core::cmp::Reverse(key.pos));
+        for (key, handle) in entries {
+            self.unref(layout, guard, key, handle);
         }
         debug_assert!(self.extra.is_empty());
         *self = Self::new(self.slot);
@@ -331,7 +340,7 @@ impl WorkerState {
 
     /// Events that rebuild this worker's reachable blocks, parents first.
     pub(crate) fn dump(&self, worker: Worker, out: &mut Vec<Event>) {
-        let mut reachable: Vec<(u32, SeqHash, Held)> = self
+        let mut reachable: Vec<(u32, SeqHash, Held<L::Handle>)> = self
             .blocks
             .iter()
             .filter_map(|(s, h)| h.reach().map(|k| (k.pos, *s, *h)))
