@@ -7,12 +7,14 @@ pub(crate) use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 #[cfg(loom)]
 pub(crate) use loom::sync::{Arc, Condvar, Mutex, MutexGuard};
 
+// Every feature combination uses a different subset of what the shim offers.
+#[allow(unused_imports)]
 pub(crate) mod atomic {
     #[cfg(not(loom))]
-    pub(crate) use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+    pub(crate) use std::sync::atomic::{AtomicIsize, AtomicU32, AtomicU64, Ordering};
 
     #[cfg(loom)]
-    pub(crate) use loom::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+    pub(crate) use loom::sync::atomic::{AtomicIsize, AtomicU32, AtomicU64, Ordering};
 }
 
 /// Locks `mutex`, ignoring poisoning: every lock of this crate guards state that is only

@@ -3,39 +3,12 @@
 
 use flash_indexer::NaiveIndexer;
 use flash_indexer::layouts::{self, IndexFactory};
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicIsize, Ordering};
 
-/// Counts live heap bytes, so that a bench can report bytes per held (worker, block) pair.
-pub struct CountingAlloc;
+pub use flash_indexer::testing::CountingAlloc;
 
-static LIVE: AtomicIsize = AtomicIsize::new(0);
-
-// SAFETY: forwards every call to the system allocator unchanged; only counts sizes.
-unsafe impl GlobalAlloc for CountingAlloc {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        LIVE.fetch_add(layout.size() as isize, Ordering::Relaxed);
-        // SAFETY: same contract as ours, passed through.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        LIVE.fetch_sub(layout.size() as isize, Ordering::Relaxed);
-        // SAFETY: `ptr` came from `System.alloc` with this layout.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        LIVE.fetch_add(
-            new_size as isize - layout.size() as isize,
-            Ordering::Relaxed,
-        );
-        // SAFETY: same contract as ours, passed through.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
-/// Live heap bytes right now.
+/// Live heap bytes right now (with `CountingAlloc` installed).
 pub fn live_bytes() -> isize {
-    LIVE.load(Ordering::Relaxed)
+    CountingAlloc::live_bytes()
 }
 
 /// Every primary layout of this build, then the reference when `with_naive`.

@@ -17,11 +17,15 @@
 //! assert_agrees_with_reference::<NaiveIndexer>(&Profile::adversarial().cases(8));
 //! ```
 
+#[cfg(not(loom))]
+mod alloc;
 mod check;
 mod runner;
 mod step;
 mod universe;
 
+#[cfg(not(loom))]
+pub use alloc::{CountingAlloc, collect_garbage};
 pub use check::{Divergence, Op, check_ops};
 pub use runner::{
     Profile, agrees_with_reference, agrees_with_reference_using, assert_agrees_with_reference,

@@ -1,0 +1,55 @@
+//! A counting global allocator, for tests and benches that show memory follows the live state.
+
+use crate::sync::atomic::{AtomicIsize, Ordering};
+use std::alloc::{GlobalAlloc, Layout, System};
+
+/// The system allocator, counting live heap bytes. Install it in a test or bench binary:
+///
+/// ```ignore
+/// #[global_allocator]
+/// static ALLOC: flash_indexer::testing::CountingAlloc = flash_indexer::testing::CountingAlloc;
+/// ```
+#[derive(Debug, Default, Clone, Copy)]
+pub struct CountingAlloc;
+
+static LIVE: AtomicIsize = AtomicIsize::new(0);
+
+impl CountingAlloc {
+    /// Heap bytes allocated and not yet freed, process-wide.
+    pub fn live_bytes() -> isize {
+        LIVE.load(Ordering::Relaxed)
+    }
+}
+
+// SAFETY: forwards every call to the system allocator unchanged; it only counts sizes.
+unsafe impl GlobalAlloc for CountingAlloc {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        LIVE.fetch_add(layout.size() as isize, Ordering::Relaxed);
+        // SAFETY: the caller's contract is passed through unchanged.
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        LIVE.fetch_sub(layout.size() as isize, Ordering::Relaxed);
+        // SAFETY: `ptr` came from `System.alloc` with this layout.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        LIVE.fetch_add(
+            new_size as isize - layout.size() as isize,
+            Ordering::Relaxed,
+        );
+        // SAFETY: the caller's contract is passed through unchanged.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+/// Runs deferred frees of both reclamation schemes in use (crossbeam-epoch for the radix tree
+/// and worker slots, seize inside papaya) as far as this thread can push them, so that a memory
+/// reading is not inflated by garbage that is merely waiting for an epoch to pass.
+pub fn collect_garbage() {
+    for _ in 0..64 {
+        crossbeam_epoch::pin().flush();
+    }
+}
