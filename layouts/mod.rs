@@ -13,6 +13,8 @@ pub use entries::{BuildKeyHasher, KeyHasher};
 pub mod array;
 #[cfg(any(feature = "positional", feature = "array"))]
 pub mod positional;
+#[cfg(feature = "radix")]
+pub mod radix;
 
 use crate::index::KvIndex;
 
@@ -67,5 +69,11 @@ pub fn enabled() -> Vec<IndexFactory> {
             primary: false,
         });
     }
+    #[cfg(feature = "radix")]
+    out.push(IndexFactory {
+        name: "radix",
+        make: || Box::new(crate::RadixIndexer::default()),
+        primary: true,
+    });
     out
 }

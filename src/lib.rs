@@ -57,6 +57,8 @@ pub use crate::core::Indexer;
 pub use layouts::array::ArrayIndexer;
 #[cfg(feature = "positional")]
 pub use layouts::positional::PositionalIndexer;
+#[cfg(feature = "radix")]
+pub use layouts::radix::RadixIndexer;
 
 /// The index routers get (SPEC §6): the first enabled of `positional`, `array`, `radix`, unless
 /// a `default-*` feature says otherwise. Switch layouts with cargo features, not code.

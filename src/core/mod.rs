@@ -99,6 +99,11 @@ impl<L: Layout> Indexer<L> {
         &self.layout
     }
 
+    /// Entries of the layout (map entries, or tree nodes): what memory follows.
+    pub fn entries(&self) -> usize {
+        self.layout.entries()
+    }
+
     /// Live workers (workers holding at least one block).
     pub fn worker_count(&self) -> usize {
         self.workers.len()

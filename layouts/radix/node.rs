@@ -1,0 +1,288 @@
+//! Tree nodes: what readers see lock-free, and the writer-side protocol that keeps them valid.
+//!
+//! # Memory safety
+//!
+//! Nodes, worker sets and child arrays are read through `crossbeam-epoch` guards and replaced,
+//! never mutated in place (read-copy-update). Whatever is replaced or unlinked is retired
+//! through the epoch, so it is freed only after every reader that could have loaded it has
+//! unpinned.
+//!
+//! Writers lock a node's `lock` to change it, always a parent before its child. A node is
+//! unlinked from its parent (under both locks) only when it has no workers and no children;
+//! then `dead` is set. From that follow the invariants the `// SAFETY:` comments name:
+//! - **I1 (held nodes live)**: a node that has a worker is linked; the core keeps a node's
+//!   pointer (a [`NodeRef`]) only while its worker is in the node, so the pointer is live.
+//! - **I2 (parents outlive children)**: a node with a linked child is not unlinked, so a linked
+//!   node's `parent` pointer is live.
+//! - **I3 (pinned memory stays)**: a node reached while pinned (through a child array or a
+//!   parent pointer) stays allocated until the pin ends, even if unlinked meanwhile; `dead`
+//!   tells a writer that it was.
+
+use crate::core::{Slot, WorkerSet};
+use crate::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed};
+use crate::sync::{Mutex, lock};
+use crate::types::LocalHash;
+use crossbeam_epoch::{Atomic, Guard, Owned, Shared};
+
+/// A node of the radix tree: one block position of one prefix, and the workers holding it.
+///
+/// Opaque: layouts hand nodes to the core's walk, which only passes them back.
+pub struct Node {
+    // Its own local hash is the key of its entry in the parent's child array.
+    parent: *const Node,
+    workers: Atomic<WorkerSet>,
+    /// Children sorted by local hash; null when there are none.
+    children: Atomic<Children>,
+    /// Writers only. `true` once the node is unlinked.
+    lock: Mutex<bool>,
+}
+
+/// A node's children, sorted by local hash, replaced as a whole on every change.
+struct Children {
+    entries: Box<[(LocalHash, *const Node)]>,
+}
+
+// SAFETY: the raw pointers are shared read-only between threads under the protocol of the
+// module docs (I1-I3); every mutation goes through atomics or the node's lock.
+unsafe impl Send for Node {}
+// SAFETY: as above.
+unsafe impl Sync for Node {}
+
+/// A node pointer the core keeps for a reachable block (the layout's `Handle`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NodeRef(*const Node);
+
+impl Default for NodeRef {
+    fn default() -> Self {
+        Self(std::ptr::null())
+    }
+}
+
+// SAFETY: a `NodeRef` is only dereferenced under I1 (its worker is in the node), on whichever
+// thread applies that worker's events.
+unsafe impl Send for NodeRef {}
+// SAFETY: as above; it is never dereferenced through a shared reference concurrently with a free.
+unsafe impl Sync for NodeRef {}
+
+impl NodeRef {
+    /// # Safety
+    /// The caller's worker is in the node (I1).
+    pub(super) unsafe fn node<'a>(self) -> &'a Node {
+        // SAFETY: the caller upholds I1, so the node is linked and allocated.
+        unsafe { &*self.0 }
+    }
+}
+
+impl Node {
+    pub(super) fn root() -> Self {
+        Self::new(std::ptr::null())
+    }
+
+    fn new(parent: *const Node) -> Self {
+        Self {
+            parent,
+            workers: Atomic::null(),
+            children: Atomic::null(),
+            lock: Mutex::new(false),
+        }
+    }
+
+    pub(super) fn is_root(&self) -> bool {
+        self.parent.is_null()
+    }
+
+    /// The handle the layout gives the core for this node.
+    pub fn handle(&self) -> NodeRef {
+        NodeRef(self)
+    }
+
+    /// The child with local hash `local`, lock-free.
+    pub(super) fn child<'g>(&self, local: LocalHash, guard: &'g Guard) -> Option<&'g Node> {
+        // SAFETY: the array is only freed through the epoch after being replaced (I3).
+        let children = unsafe { self.children.load(Acquire, guard).as_ref() }?;
+        let at = children
+            .entries
+            .binary_search_by_key(&local, |(l, _)| *l)
+            .ok()?;
+        // SAFETY: the pointer was linked when the array was published; I3 keeps it allocated.
+        Some(unsafe { &*children.entries[at].1 })
+    }
+
+    /// The node's workers, lock-free.
+    pub(super) fn workers<'g>(&self, guard: &'g Guard) -> Option<&'g WorkerSet> {
+        // SAFETY: worker sets are only freed through the epoch after being replaced (I3).
+        unsafe { self.workers.load(Acquire, guard).as_ref() }
+    }
+
+    fn has_children(&self, guard: &Guard) -> bool {
+        !self.children.load(Acquire, guard).is_null()
+    }
+
+    /// Replaces the worker set. Caller holds `self.lock`.
+    fn set_workers(&self, set: Option<WorkerSet>, guard: &Guard) {
+        let new = set.map_or(Shared::null(), |s| Owned::new(s).into_shared(guard));
+        let old = self.workers.swap(new, AcqRel, guard);
+        if !old.is_null() {
+            // SAFETY: `old` was just unlinked from the only place that published it; readers
+            // that loaded it are pinned, and the epoch frees it after they unpin.
+            unsafe { guard.defer_destroy(old) };
+        }
+    }
+
+    /// Replaces the children with `entries` (sorted). Caller holds `self.lock`.
+    fn set_children(&self, entries: Vec<(LocalHash, *const Node)>, guard: &Guard) {
+        let new = if entries.is_empty() {
+            Shared::null()
+        } else {
+            Owned::new(Children {
+                entries: entries.into_boxed_slice(),
+            })
+            .into_shared(guard)
+        };
+        let old = self.children.swap(new, AcqRel, guard);
+        if !old.is_null() {
+            // SAFETY: as in `set_workers`: unlinked, retired through the epoch.
+            unsafe { guard.defer_destroy(old) };
+        }
+    }
+
+    fn child_entries(&self, guard: &Guard) -> Vec<(LocalHash, *const Node)> {
+        // SAFETY: see `child`.
+        unsafe { self.children.load(Acquire, guard).as_ref() }
+            .map_or_else(Vec::new, |c| c.entries.to_vec())
+    }
+
+    /// Adds `slot` to the child `local` of `self`, creating it. Returns the child and whether
+    /// `slot` was new there, and whether a node was created.
+    pub(super) fn add_to_child<'g>(
+        &'g self,
+        local: LocalHash,
+        slot: Slot,
+        guard: &'g Guard,
+    ) -> (&'g Node, bool, bool) {
+        let parent_state = lock(&self.lock);
+        debug_assert!(
+            !*parent_state,
+            "a node with a worker's reachable child is linked (I1, I2)"
+        );
+        let (child, created) = match self.child(local, guard) {
+            Some(child) => (child, false),
+            None => {
+                let child = Box::into_raw(Box::new(Node::new(self)));
+                let mut entries = self.child_entries(guard);
+                let at = entries
+                    .binary_search_by_key(&local, |(l, _)| *l)
+                    .unwrap_err();
+                entries.insert(at, (local, child));
+                self.set_children(entries, guard);
+                // SAFETY: just allocated and linked; it stays allocated while we are pinned (I3).
+                (unsafe { &*child }, true)
+            }
+        };
+        let child_state = lock(&child.lock);
+        // Linked under our lock, so not dead: unlinking needs the parent's lock, which we hold.
+        debug_assert!(!*child_state);
+        let added = match child.workers(guard) {
+            None => Some(WorkerSet::One(slot)),
+            Some(set) => set.with(slot),
+        };
+        let new = added.is_some();
+        if let Some(set) = added {
+            child.set_workers(Some(set), guard);
+        }
+        drop(child_state);
+        drop(parent_state);
+        (child, new, created)
+    }
+
+    /// Removes `slot` from `self`, then unlinks `self` and its ancestors while they have
+    /// neither workers nor children. Returns whether `slot` was there and how many nodes were
+    /// unlinked.
+    ///
+    /// # Safety
+    /// The caller's worker (`slot`) is in `self` (I1) and the caller is pinned by `guard`.
+    pub(super) unsafe fn remove_from(&self, slot: Slot, guard: &Guard) -> (bool, usize) {
+        // SAFETY: I2: `self` is linked (it has our worker), so its parent is live.
+        let parent = unsafe { &*self.parent };
+        let parent_state = lock(&parent.lock);
+        let state = lock(&self.lock);
+        let Some(set) = self.workers(guard) else {
+            return (false, 0);
+        };
+        let Ok(rest) = set.without(slot) else {
+            return (false, 0);
+        };
+        let empty = rest.is_none();
+        self.set_workers(rest, guard);
+        drop(state);
+        drop(parent_state);
+        let unlinked = if empty { self.prune(guard) } else { 0 };
+        (true, unlinked)
+    }
+
+    /// Unlinks `self`, then its ancestors, while they have neither workers nor children.
+    fn prune(&self, guard: &Guard) -> usize {
+        let mut node = self;
+        let mut unlinked = 0;
+        while !node.is_root() {
+            // SAFETY: I3: `node` was reached while pinned; its parent pointer was set at
+            // creation and the parent stays allocated while we are pinned.
+            let parent = unsafe { &*node.parent };
+            let parent_state = lock(&parent.lock);
+            let mut state = lock(&node.lock);
+            if *state || node.workers(guard).is_some() || node.has_children(guard) {
+                return unlinked; // Already unlinked by another writer, or needed again.
+            }
+            let mut entries = parent.child_entries(guard);
+            entries.retain(|(_, child)| !std::ptr::eq(*child, node));
+            parent.set_children(entries, guard);
+            *state = true;
+            drop(state);
+            drop(parent_state);
+            // SAFETY: unlinked from the only array that published it; readers and writers
+            // that reached it are pinned (I3) and see `dead`; freed after they unpin.
+            unsafe { guard.defer_destroy(Shared::from(node as *const Node)) };
+            unlinked += 1;
+            node = parent;
+        }
+        unlinked
+    }
+
+    /// Frees every node below `self` (not `self`), iteratively: chains are 100,000 deep.
+    ///
+    /// # Safety
+    /// No other thread can reach the tree (the caller has it by `&mut`).
+    pub(super) unsafe fn free_descendants(&mut self) {
+        // SAFETY: exclusive access, so nothing is concurrently retired or read.
+        let guard = unsafe { crossbeam_epoch::unprotected() };
+        let mut stack: Vec<*const Node> = self
+            .child_entries(guard)
+            .into_iter()
+            .map(|(_, c)| c)
+            .collect();
+        while let Some(ptr) = stack.pop() {
+            // SAFETY: every linked node was allocated by `Box::new` in `add_to_child` and is
+            // reachable from exactly one child array, so it is freed exactly once.
+            let node = unsafe { Box::from_raw(ptr as *mut Node) };
+            stack.extend(node.child_entries(guard).into_iter().map(|(_, c)| c));
+        }
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        // SAFETY: a node is dropped by `free_descendants` (exclusive access) or by the epoch
+        // after no reader can reach it; its own sets and arrays are reachable only from it.
+        unsafe {
+            let guard = crossbeam_epoch::unprotected();
+            let workers = self.workers.load(Relaxed, guard);
+            if !workers.is_null() {
+                drop(workers.into_owned());
+            }
+            let children = self.children.load(Relaxed, guard);
+            if !children.is_null() {
+                drop(children.into_owned());
+            }
+        }
+    }
+}
