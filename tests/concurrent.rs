@@ -122,3 +122,11 @@ fn shallow_array_writers_and_readers() {
         stress::<flash_indexer::layouts::array::ArrayIndexerOf<16>>();
     }
 }
+
+#[cfg(feature = "radix")]
+#[test]
+fn radix_writers_and_readers() {
+    for _ in 0..5 {
+        stress::<flash_indexer::RadixIndexer>();
+    }
+}

@@ -32,3 +32,8 @@ scenarios! {
     // Shallow enough that most scenarios cross into the overflow map.
     array_depth_16: layouts::array::ArrayIndexerOf<16>,
 }
+
+#[cfg(feature = "radix")]
+scenarios! {
+    radix: RadixIndexer,
+}
