@@ -3,9 +3,9 @@
 //! # Memory safety
 //!
 //! Nodes, worker sets and child arrays are read through `crossbeam-epoch` guards and replaced,
-//! never mutated in place (read-copy-update). Whatever is replaced or unlinked is retired
-//! through the epoch, so it is freed only after every reader that could have loaded it has
-//! unpinned.
+//! never mutated in place (read-copy-update); large child sets are papaya maps, which are
+//! concurrent themselves. Whatever is replaced or unlinked is retired through the epoch, so it is
+//! freed only after every reader that could have loaded it has unpinned.
 //!
 //! Writers lock a node's `lock` to change it, always a parent before its child. A node is
 //! unlinked from its parent (under both locks) only when it has no workers and no children;
@@ -14,9 +14,9 @@
 //!   pointer (a [`NodeRef`]) only while its worker is in the node, so the pointer is live.
 //! - **I2 (parents outlive children)**: a node with a linked child is not unlinked, so a linked
 //!   node's `parent` pointer is live.
-//! - **I3 (pinned memory stays)**: a node reached while pinned (through a child array or a
-//!   parent pointer) stays allocated until the pin ends, even if unlinked meanwhile; `dead`
-//!   tells a writer that it was.
+//! - **I3 (pinned memory stays)**: a node reached while pinned (through its parent's children
+//!   or a parent pointer) stays allocated until the pin ends, even if unlinked meanwhile;
+//!   `dead` tells a writer that it was.
 
 use crate::core::{Slot, WorkerSet};
 use crate::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed};
@@ -24,26 +24,44 @@ use crate::sync::{Mutex, lock};
 use crate::types::LocalHash;
 use crossbeam_epoch::{Atomic, Guard, Owned, Shared};
 
+/// Children beyond this many move from a sorted array to a concurrent map: copying the array
+/// on every insert is quadratic at a fan-out of thousands (the last shared block of a system
+/// prompt, under which every conversation forks).
+const SMALL: usize = 16;
+
 /// A node of the radix tree: one block position of one prefix, and the workers holding it.
 ///
 /// Opaque: layouts hand nodes to the core's walk, which only passes them back.
 pub struct Node {
-    // Its own local hash is the key of its entry in the parent's child array.
+    /// Its key in the parent's children.
+    local: LocalHash,
     parent: *const Node,
     workers: Atomic<WorkerSet>,
-    /// Children sorted by local hash; null when there are none.
+    /// Null when there are none.
     children: Atomic<Children>,
     /// Writers only. `true` once the node is unlinked.
     lock: Mutex<bool>,
 }
 
-/// A node's children, sorted by local hash, replaced as a whole on every change.
-struct Children {
-    entries: Box<[(LocalHash, *const Node)]>,
+/// A node's children. Changed only under the node's lock; read lock-free.
+enum Children {
+    /// Up to [`SMALL`] children sorted by local hash, replaced as a whole on every change.
+    Small(Box<[(LocalHash, NodePtr)]>),
+    /// More: a concurrent map changed in place. Never empty: an emptied map is replaced by null.
+    Large(papaya::HashMap<LocalHash, NodePtr, foldhash::fast::RandomState>),
 }
 
+/// A child pointer stored in [`Children`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct NodePtr(*const Node);
+
+// SAFETY: the pointee is shared between threads under the protocol of the module docs.
+unsafe impl Send for NodePtr {}
+// SAFETY: as above.
+unsafe impl Sync for NodePtr {}
+
 // SAFETY: the raw pointers are shared read-only between threads under the protocol of the
-// module docs (I1-I3); every mutation goes through atomics or the node's lock.
+// module docs (I1-I3); every mutation goes through atomics, papaya, or the node's lock.
 unsafe impl Send for Node {}
 // SAFETY: as above.
 unsafe impl Sync for Node {}
@@ -73,13 +91,33 @@ impl NodeRef {
     }
 }
 
-impl Node {
-    pub(super) fn root() -> Self {
-        Self::new(std::ptr::null())
+impl Children {
+    fn get(&self, local: LocalHash) -> Option<*const Node> {
+        match self {
+            Children::Small(entries) => {
+                let at = entries.binary_search_by_key(&local, |(l, _)| *l).ok()?;
+                Some(entries[at].1.0)
+            }
+            Children::Large(map) => map.pin().get(&local).map(|p| p.0),
+        }
     }
 
-    fn new(parent: *const Node) -> Self {
+    fn pointers(&self) -> Vec<*const Node> {
+        match self {
+            Children::Small(entries) => entries.iter().map(|(_, p)| p.0).collect(),
+            Children::Large(map) => map.pin().values().map(|p| p.0).collect(),
+        }
+    }
+}
+
+impl Node {
+    pub(super) fn root() -> Self {
+        Self::new(LocalHash(0), std::ptr::null())
+    }
+
+    fn new(local: LocalHash, parent: *const Node) -> Self {
         Self {
+            local,
             parent,
             workers: Atomic::null(),
             children: Atomic::null(),
@@ -96,16 +134,16 @@ impl Node {
         NodeRef(self)
     }
 
+    fn children<'g>(&self, guard: &'g Guard) -> Option<&'g Children> {
+        // SAFETY: children are only freed through the epoch after being replaced (I3).
+        unsafe { self.children.load(Acquire, guard).as_ref() }
+    }
+
     /// The child with local hash `local`, lock-free.
     pub(super) fn child<'g>(&self, local: LocalHash, guard: &'g Guard) -> Option<&'g Node> {
-        // SAFETY: the array is only freed through the epoch after being replaced (I3).
-        let children = unsafe { self.children.load(Acquire, guard).as_ref() }?;
-        let at = children
-            .entries
-            .binary_search_by_key(&local, |(l, _)| *l)
-            .ok()?;
-        // SAFETY: the pointer was linked when the array was published; I3 keeps it allocated.
-        Some(unsafe { &*children.entries[at].1 })
+        let ptr = self.children(guard)?.get(local)?;
+        // SAFETY: the pointer was linked when we loaded it; I3 keeps it allocated.
+        Some(unsafe { &*ptr })
     }
 
     /// The node's workers, lock-free.
@@ -114,45 +152,82 @@ impl Node {
         unsafe { self.workers.load(Acquire, guard).as_ref() }
     }
 
-    fn has_children(&self, guard: &Guard) -> bool {
-        !self.children.load(Acquire, guard).is_null()
-    }
-
     /// Replaces the worker set. Caller holds `self.lock`.
     fn set_workers(&self, set: Option<WorkerSet>, guard: &Guard) {
         let new = set.map_or(Shared::null(), |s| Owned::new(s).into_shared(guard));
-        let old = self.workers.swap(new, AcqRel, guard);
+        self.retire(self.workers.swap(new, AcqRel, guard), guard);
+    }
+
+    /// Replaces the children. Caller holds `self.lock`.
+    fn set_children(&self, children: Option<Children>, guard: &Guard) {
+        let new = children.map_or(Shared::null(), |c| Owned::new(c).into_shared(guard));
+        self.retire(self.children.swap(new, AcqRel, guard), guard);
+    }
+
+    fn retire<T>(&self, old: Shared<'_, T>, guard: &Guard) {
         if !old.is_null() {
-            // SAFETY: `old` was just unlinked from the only place that published it; readers
+            // SAFETY: `old` was just swapped out of the only place that published it; readers
             // that loaded it are pinned, and the epoch frees it after they unpin.
             unsafe { guard.defer_destroy(old) };
         }
     }
 
-    /// Replaces the children with `entries` (sorted). Caller holds `self.lock`.
-    fn set_children(&self, entries: Vec<(LocalHash, *const Node)>, guard: &Guard) {
-        let new = if entries.is_empty() {
-            Shared::null()
-        } else {
-            Owned::new(Children {
-                entries: entries.into_boxed_slice(),
-            })
-            .into_shared(guard)
-        };
-        let old = self.children.swap(new, AcqRel, guard);
-        if !old.is_null() {
-            // SAFETY: as in `set_workers`: unlinked, retired through the epoch.
-            unsafe { guard.defer_destroy(old) };
+    /// Links `child` under `local`. Caller holds `self.lock`.
+    fn link(&self, local: LocalHash, child: *const Node, guard: &Guard) {
+        match self.children(guard) {
+            Some(Children::Large(map)) => {
+                map.pin().insert(local, NodePtr(child));
+            }
+            Some(Children::Small(entries)) if entries.len() >= SMALL => {
+                let map = papaya::HashMap::with_capacity_and_hasher(2 * SMALL, Default::default());
+                {
+                    let pinned = map.pin();
+                    for (l, p) in entries.iter() {
+                        pinned.insert(*l, *p);
+                    }
+                    pinned.insert(local, NodePtr(child));
+                }
+                self.set_children(Some(Children::Large(map)), guard);
+            }
+            small => {
+                let mut entries = match small {
+                    Some(Children::Small(entries)) => entries.to_vec(),
+                    _ => Vec::with_capacity(1),
+                };
+                let at = entries
+                    .binary_search_by_key(&local, |(l, _)| *l)
+                    .unwrap_err();
+                entries.insert(at, (local, NodePtr(child)));
+                self.set_children(Some(Children::Small(entries.into_boxed_slice())), guard);
+            }
         }
     }
 
-    fn child_entries(&self, guard: &Guard) -> Vec<(LocalHash, *const Node)> {
-        // SAFETY: see `child`.
-        unsafe { self.children.load(Acquire, guard).as_ref() }
-            .map_or_else(Vec::new, |c| c.entries.to_vec())
+    /// Unlinks `child` (key `local`). Caller holds `self.lock`.
+    fn unlink(&self, local: LocalHash, guard: &Guard) {
+        match self.children(guard) {
+            Some(Children::Large(map)) => {
+                let pinned = map.pin();
+                pinned.remove(&local);
+                if pinned.is_empty() {
+                    drop(pinned);
+                    self.set_children(None, guard);
+                }
+            }
+            Some(Children::Small(entries)) => {
+                let rest: Vec<_> = entries
+                    .iter()
+                    .filter(|(l, _)| *l != local)
+                    .copied()
+                    .collect();
+                let rest = (!rest.is_empty()).then(|| Children::Small(rest.into_boxed_slice()));
+                self.set_children(rest, guard);
+            }
+            None => {}
+        }
     }
 
-    /// Adds `slot` to the child `local` of `self`, creating it. Returns the child and whether
+    /// Adds `slot` to the child `local` of `self`, creating it. Returns the child, whether
     /// `slot` was new there, and whether a node was created.
     pub(super) fn add_to_child<'g>(
         &'g self,
@@ -168,13 +243,8 @@ impl Node {
         let (child, created) = match self.child(local, guard) {
             Some(child) => (child, false),
             None => {
-                let child = Box::into_raw(Box::new(Node::new(self)));
-                let mut entries = self.child_entries(guard);
-                let at = entries
-                    .binary_search_by_key(&local, |(l, _)| *l)
-                    .unwrap_err();
-                entries.insert(at, (local, child));
-                self.set_children(entries, guard);
+                let child = Box::into_raw(Box::new(Node::new(local, self)));
+                self.link(local, child, guard);
                 // SAFETY: just allocated and linked; it stays allocated while we are pinned (I3).
                 (unsafe { &*child }, true)
             }
@@ -206,10 +276,7 @@ impl Node {
         let parent = unsafe { &*self.parent };
         let parent_state = lock(&parent.lock);
         let state = lock(&self.lock);
-        let Some(set) = self.workers(guard) else {
-            return (false, 0);
-        };
-        let Ok(rest) = set.without(slot) else {
+        let Some(rest) = self.workers(guard).and_then(|set| set.without(slot).ok()) else {
             return (false, 0);
         };
         let empty = rest.is_none();
@@ -230,16 +297,14 @@ impl Node {
             let parent = unsafe { &*node.parent };
             let parent_state = lock(&parent.lock);
             let mut state = lock(&node.lock);
-            if *state || node.workers(guard).is_some() || node.has_children(guard) {
+            if *state || node.workers(guard).is_some() || node.children(guard).is_some() {
                 return unlinked; // Already unlinked by another writer, or needed again.
             }
-            let mut entries = parent.child_entries(guard);
-            entries.retain(|(_, child)| !std::ptr::eq(*child, node));
-            parent.set_children(entries, guard);
+            parent.unlink(node.local, guard);
             *state = true;
             drop(state);
             drop(parent_state);
-            // SAFETY: unlinked from the only array that published it; readers and writers
+            // SAFETY: unlinked from the only place that published it; readers and writers
             // that reached it are pinned (I3) and see `dead`; freed after they unpin.
             unsafe { guard.defer_destroy(Shared::from(node as *const Node)) };
             unlinked += 1;
@@ -255,16 +320,16 @@ impl Node {
     pub(super) unsafe fn free_descendants(&mut self) {
         // SAFETY: exclusive access, so nothing is concurrently retired or read.
         let guard = unsafe { crossbeam_epoch::unprotected() };
-        let mut stack: Vec<*const Node> = self
-            .child_entries(guard)
-            .into_iter()
-            .map(|(_, c)| c)
-            .collect();
+        let mut stack = self
+            .children(guard)
+            .map_or_else(Vec::new, Children::pointers);
         while let Some(ptr) = stack.pop() {
             // SAFETY: every linked node was allocated by `Box::new` in `add_to_child` and is
-            // reachable from exactly one child array, so it is freed exactly once.
+            // linked from exactly one parent, so it is freed exactly once.
             let node = unsafe { Box::from_raw(ptr as *mut Node) };
-            stack.extend(node.child_entries(guard).into_iter().map(|(_, c)| c));
+            if let Some(children) = node.children(guard) {
+                stack.extend(children.pointers());
+            }
         }
     }
 }
@@ -272,7 +337,7 @@ impl Node {
 impl Drop for Node {
     fn drop(&mut self) {
         // SAFETY: a node is dropped by `free_descendants` (exclusive access) or by the epoch
-        // after no reader can reach it; its own sets and arrays are reachable only from it.
+        // after no reader can reach it; its own set and children are reachable only from it.
         unsafe {
             let guard = crossbeam_epoch::unprotected();
             let workers = self.workers.load(Relaxed, guard);
