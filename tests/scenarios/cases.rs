@@ -453,3 +453,26 @@ fn index_is_usable_as_a_trait_object() {
     ix.apply(&Event::stored(W, 0, None, chain(0..1))).unwrap();
     assert_eq!(ix.find_matches(&query(0..1)).get(W), Some(1));
 }
+
+#[test]
+fn wide_fan_out_under_one_parent() {
+    let ix = index();
+    // 200 sequences share 3 blocks, then fork: one parent with 200 children.
+    store(&ix, W, None, chain(0..3)).unwrap();
+    for branch in 0..200u64 {
+        let blocks = vec![Block::new(LocalHash(50_000 + branch), SeqHash(50_000 + branch))];
+        store(&ix, W, Some(2), blocks).unwrap();
+    }
+    let fork = |branch: u64| [l(0), l(1), l(2), LocalHash(50_000 + branch)];
+    assert_eq!(depth(&ix, W, &fork(137)), Some(4));
+    for branch in (0..200u64).filter(|b| b % 3 != 0) {
+        ix.apply(&Event::removed(W, 0, vec![SeqHash(50_000 + branch)])).unwrap();
+    }
+    assert_eq!(depth(&ix, W, &fork(137)), Some(3));
+    assert_eq!(depth(&ix, W, &fork(138)), Some(4));
+    for branch in (0..200u64).filter(|b| b % 3 == 0) {
+        ix.apply(&Event::removed(W, 0, vec![SeqHash(50_000 + branch)])).unwrap();
+    }
+    assert_eq!(depth(&ix, W, &fork(138)), Some(3));
+    assert_eq!(ix.block_count(W), 3);
+}
