@@ -33,6 +33,8 @@ pub mod core;
 mod error;
 pub mod hash;
 mod index;
+#[doc(hidden)]
+pub mod latch;
 mod naive;
 #[cfg(not(loom))]
 pub mod pool;

@@ -18,13 +18,14 @@
 
 use crate::error::EventError;
 use crate::index::KvIndex;
+use crate::latch::Latch;
 use crate::scores::OverlapScores;
+use crate::sync::Arc;
 use crate::sync::atomic::{AtomicU64, Ordering};
-use crate::sync::{Arc, Condvar, Mutex, lock};
 use crate::types::{Event, EventKind, LocalHash, Worker};
 use core::fmt;
 use std::collections::HashMap;
-use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
+use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel}; // sync-shim: the pool is not built under loom; its latch is modelled
 use std::thread::JoinHandle;
 
 /// How a [`WriterPool`] is set up.
@@ -118,39 +119,6 @@ impl Counters {
             Err(EventError::Conflict { .. }) => &self.rejected_conflict,
         };
         counter.fetch_add(1, Ordering::Relaxed);
-    }
-}
-
-/// Counts down to zero, then wakes the waiter: the flush barrier.
-struct Latch {
-    remaining: Mutex<usize>,
-    done: Condvar,
-}
-
-impl Latch {
-    fn new(n: usize) -> Self {
-        Self {
-            remaining: Mutex::new(n),
-            done: Condvar::new(),
-        }
-    }
-
-    fn count_down(&self) {
-        let mut remaining = lock(&self.remaining);
-        *remaining -= 1;
-        if *remaining == 0 {
-            self.done.notify_all();
-        }
-    }
-
-    fn wait(&self) {
-        let mut remaining = lock(&self.remaining);
-        while *remaining > 0 {
-            remaining = match self.done.wait(remaining) {
-                Ok(guard) => guard,
-                Err(poisoned) => poisoned.into_inner(),
-            };
-        }
     }
 }
 

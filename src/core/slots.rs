@@ -14,12 +14,16 @@ use crate::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use crate::sync::{Arc, Mutex, lock};
 use crate::types::Worker;
 use std::collections::HashMap;
-use std::sync::OnceLock;
+use std::sync::OnceLock; // sync-shim: loom has no OnceLock; segments are written once
 
 /// Slots per segment of the name table grow geometrically from this.
+#[cfg(not(loom))]
 const FIRST_SEGMENT: usize = 1024;
+/// Small under loom, so that models do not create thousands of modelled atomics.
+#[cfg(loom)]
+const FIRST_SEGMENT: usize = 4;
 /// Enough segments for `u32::MAX` slots.
-const SEGMENTS: usize = 23;
+const SEGMENTS: usize = 33 - FIRST_SEGMENT.trailing_zeros() as usize;
 
 /// One worker's state, behind its own lock so that events of different workers apply in
 /// parallel. `None` once the worker was retired (emptied, cleared or removed): a writer that
