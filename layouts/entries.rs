@@ -4,7 +4,7 @@
 use crate::core::{Slot, WorkerSet};
 use core::hash::{BuildHasher, Hash, Hasher};
 use papaya::{Compute, HashMap, LocalGuard, Operation, ResizeMode};
-use std::sync::Arc;
+use std::sync::Arc; // sync-shim: papaya takes its collector as a std Arc
 
 /// A hasher for keys made of canonical hashes (and positions). Canonical hashes are already
 /// uniformly mixed and keyed per index, so folding the position in is all it takes; SipHash

@@ -62,5 +62,5 @@ macro_rules! forward_kv_index {
     )*};
 }
 
-use std::sync::Arc;
+use std::sync::Arc; // sync-shim: KvIndex for the std Arc users hold
 forward_kv_index!(Box, Arc);

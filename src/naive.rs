@@ -3,9 +3,9 @@
 use crate::error::EventError;
 use crate::index::KvIndex;
 use crate::scores::OverlapScores;
+use crate::sync::{Mutex, MutexGuard, lock};
 use crate::types::{Block, Event, EventKind, LocalHash, SeqHash, Worker};
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::Mutex;
 
 /// What a worker holds about one block: its local hash and its parent (SPEC §2).
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -42,12 +42,9 @@ impl NaiveIndexer {
         Self::default()
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<Worker, HeldSet>> {
-        // A panic while holding the lock cannot leave the maps half-updated (every mutation
-        // below is validated first), so a poisoned lock is still consistent.
-        self.workers
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    fn lock(&self) -> MutexGuard<'_, BTreeMap<Worker, HeldSet>> {
+        // Every mutation below is validated first, so a poisoned lock is still consistent.
+        lock(&self.workers)
     }
 }
 

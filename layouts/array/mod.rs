@@ -24,7 +24,7 @@ use crate::core::{ByPosition, Indexer, Key, Layout, QueryCtx, Slot, WorkerSet};
 use crate::scores::OverlapScores;
 use crate::types::LocalHash;
 use papaya::LocalGuard;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, OnceLock}; // sync-shim: papaya takes a std Arc; loom has no OnceLock
 
 /// The depth of [`ArrayIndexer`]: 1024 positions cover 64k tokens at block size 64 (16k at
 /// block size 16), the contexts of the traces this crate is measured on; deeper positions fall

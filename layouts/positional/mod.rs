@@ -10,7 +10,7 @@ use crate::core::{ByPosition, Indexer, Key, Layout, QueryCtx, Slot, WorkerSet};
 use crate::scores::OverlapScores;
 use crate::types::LocalHash;
 use papaya::LocalGuard;
-use std::sync::Arc;
+use std::sync::Arc; // sync-shim: papaya takes its collector as a std Arc
 
 /// The positional map layout. See the [module docs](self).
 pub struct PositionalMap {
