@@ -20,6 +20,8 @@
 #[cfg(not(loom))]
 mod alloc;
 mod check;
+#[cfg(feature = "arbitrary")]
+mod fuzz_input;
 mod runner;
 mod step;
 mod universe;
@@ -27,6 +29,8 @@ mod universe;
 #[cfg(not(loom))]
 pub use alloc::{CountingAlloc, collect_garbage};
 pub use check::{Divergence, Op, check_ops};
+#[cfg(feature = "arbitrary")]
+pub use fuzz_input::{MAX_FUZZ_STEPS, decode_fuzz_input, run_fuzz_input};
 pub use runner::{
     Profile, agrees_with_reference, agrees_with_reference_using, assert_agrees_with_reference,
     assert_agrees_with_reference_using,
