@@ -20,6 +20,31 @@ use crate::scores::OverlapScores;
 use crate::sync::atomic::{AtomicU64, Ordering};
 use crate::types::LocalHash;
 use crossbeam_epoch::Guard;
+use std::cell::Cell;
+
+/// Mutations between two pushes of this thread's retired objects to the global collector.
+///
+/// crossbeam-epoch collects at most a few hundred objects every 128 pins, and the core pins once
+/// per event while a radix event retires an object per node it touches, so without this, garbage
+/// outgrows collection under sustained writes (measured: 1.8 KB per held pair instead of ~0.2).
+const MUTATIONS_PER_FLUSH: u32 = 64;
+
+thread_local! {
+    static MUTATIONS: Cell<u32> = const { Cell::new(0) };
+}
+
+/// Counts a mutation; every [`MUTATIONS_PER_FLUSH`], hands this thread's garbage to the collector
+/// and lets it collect.
+fn mutated(guard: &Guard) {
+    let n = MUTATIONS.with(|m| {
+        let n = m.get() + 1;
+        m.set(n % MUTATIONS_PER_FLUSH);
+        n
+    });
+    if n == MUTATIONS_PER_FLUSH {
+        guard.flush();
+    }
+}
 
 /// The radix tree layout. See the [module docs](self).
 pub struct RadixTree {
@@ -75,6 +100,7 @@ impl Layout for RadixTree {
             None => &self.root,
         };
         let (child, new, created) = parent.add_to_child(local, slot, guard);
+        mutated(guard);
         if created {
             self.nodes.fetch_add(1, Ordering::Relaxed);
         }
@@ -85,6 +111,7 @@ impl Layout for RadixTree {
         // SAFETY: the core removes a slot only from the node it added it to and has not removed
         // it from since, so the worker is in the node (I1); `guard` pins the caller.
         let (removed, unlinked) = unsafe { handle.node().remove_from(slot, guard) };
+        mutated(guard);
         if unlinked > 0 {
             self.nodes.fetch_sub(unlinked as u64, Ordering::Relaxed);
         }
