@@ -13,18 +13,34 @@ use std::alloc::{GlobalAlloc, Layout, System};
 pub struct CountingAlloc;
 
 static LIVE: AtomicIsize = AtomicIsize::new(0);
+static PEAK: AtomicIsize = AtomicIsize::new(0);
 
 impl CountingAlloc {
     /// Heap bytes allocated and not yet freed, process-wide.
     pub fn live_bytes() -> isize {
         LIVE.load(Ordering::Relaxed)
     }
+
+    /// The most live bytes seen since the last [`reset_peak`](Self::reset_peak).
+    pub fn peak_bytes() -> isize {
+        PEAK.load(Ordering::Relaxed)
+    }
+
+    /// Starts a new peak measurement from the current live bytes.
+    pub fn reset_peak() {
+        PEAK.store(LIVE.load(Ordering::Relaxed), Ordering::Relaxed);
+    }
+
+    fn grew(by: isize) {
+        let live = LIVE.fetch_add(by, Ordering::Relaxed) + by;
+        PEAK.fetch_max(live, Ordering::Relaxed);
+    }
 }
 
 // SAFETY: forwards every call to the system allocator unchanged; it only counts sizes.
 unsafe impl GlobalAlloc for CountingAlloc {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        LIVE.fetch_add(layout.size() as isize, Ordering::Relaxed);
+        Self::grew(layout.size() as isize);
         // SAFETY: the caller's contract is passed through unchanged.
         unsafe { System.alloc(layout) }
     }
