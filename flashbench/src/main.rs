@@ -1,0 +1,257 @@
+//! flashbench: replays request traces against every flash-indexer layout.
+//!
+//! With no arguments it synthesizes a Mooncake-like trace, runs the mock engines over it, and
+//! replays the resulting workload on every layout (and the reference), printing a comparison.
+//! `--trace FILE` uses a real Mooncake-format trace instead. `generate` writes a workload file;
+//! `replay` replays one.
+
+mod engine;
+mod replay;
+mod report;
+mod trace;
+mod workload;
+
+use clap::{Args, Parser, Subcommand};
+use engine::EngineConfig;
+use flash_indexer::NaiveIndexer;
+use flash_indexer::layouts::{self, IndexFactory};
+use flash_indexer::testing::CountingAlloc;
+use indicatif::{ProgressBar, ProgressStyle};
+use replay::{ReplayConfig, Report};
+use std::fs::File;
+use std::io::BufReader;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use workload::Workload;
+
+#[global_allocator]
+static ALLOC: CountingAlloc = CountingAlloc;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "flashbench",
+    version,
+    about = "Trace replay benchmark for flash-indexer layouts"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+    /// A Mooncake-format trace; without it a synthetic Mooncake-like trace is used.
+    #[arg(long)]
+    trace: Option<PathBuf>,
+    /// Requests of the synthetic trace (ignored with --trace).
+    #[arg(long, default_value_t = 3000)]
+    requests: usize,
+    #[command(flatten)]
+    engine: EngineArgs,
+    #[command(flatten)]
+    replay: ReplayArgs,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Turn a trace into a workload file with the mock engines.
+    Generate {
+        /// A Mooncake-format trace; without it a synthetic one is used.
+        #[arg(long)]
+        trace: Option<PathBuf>,
+        /// Requests of the synthetic trace (ignored with --trace).
+        #[arg(long, default_value_t = 3000)]
+        requests: usize,
+        /// Where to write the workload (JSON Lines).
+        #[arg(long)]
+        out: PathBuf,
+        #[command(flatten)]
+        engine: EngineArgs,
+    },
+    /// Replay a workload file against every layout (or those named).
+    Replay {
+        #[arg(long)]
+        workload: PathBuf,
+        #[command(flatten)]
+        replay: ReplayArgs,
+    },
+}
+
+#[derive(Args, Debug, Clone)]
+struct EngineArgs {
+    /// Workers (one mock engine each).
+    #[arg(long, default_value_t = 16)]
+    workers: u64,
+    /// KV block slots per worker.
+    #[arg(long, default_value_t = 4096)]
+    capacity: usize,
+    /// Tokens per KV block.
+    #[arg(long, default_value_t = 64)]
+    block_size: usize,
+    /// Seeds worker choice, synthetic tokens and opaque engine hashes.
+    #[arg(long, default_value_t = 42)]
+    seed: u64,
+    /// Trace time is divided by this (2 = twice the request rate).
+    #[arg(long, default_value_t = 1.0)]
+    time_scale: f64,
+    /// Send every request this many times with disjoint hash ids (more load, same shape).
+    #[arg(long, default_value_t = 1)]
+    duplicate: usize,
+}
+
+#[derive(Args, Debug, Clone)]
+struct ReplayArgs {
+    /// Layouts to replay, comma separated (see the table); default: every primary layout.
+    #[arg(long, value_delimiter = ',')]
+    layouts: Vec<String>,
+    /// Skip the reference NaiveIndexer.
+    #[arg(long)]
+    no_naive: bool,
+    /// Writer threads.
+    #[arg(long, default_value_t = 2)]
+    threads: usize,
+    /// Replay at this many times real time (trace timestamps); 0 = as fast as possible.
+    #[arg(long, default_value_t = 0.0)]
+    speed: f64,
+}
+
+impl EngineArgs {
+    fn config(&self) -> EngineConfig {
+        EngineConfig {
+            workers: self.workers,
+            capacity_blocks: self.capacity,
+            block_size: self.block_size,
+            seed: self.seed,
+            time_scale: self.time_scale,
+            duplicate: self.duplicate,
+            ..EngineConfig::default()
+        }
+    }
+}
+
+fn load_trace(
+    path: Option<&Path>,
+    requests: usize,
+    seed: u64,
+) -> Result<(Vec<trace::Request>, String), String> {
+    match path {
+        Some(path) => {
+            let file = File::open(path)
+                .map_err(|e| format!("cannot open trace {}: {e}", path.display()))?;
+            let requests = trace::read(BufReader::new(file))
+                .map_err(|e| format!("{}: {e}", path.display()))?;
+            let name = path.file_name().map_or_else(
+                || path.display().to_string(),
+                |n| n.to_string_lossy().into_owned(),
+            );
+            Ok((requests, name))
+        }
+        None => Ok((
+            trace::synthetic(requests, seed),
+            format!("synthetic({requests}, seed {seed})"),
+        )),
+    }
+}
+
+fn indexes(args: &ReplayArgs) -> Result<Vec<IndexFactory>, String> {
+    let all = layouts::enabled();
+    let mut out: Vec<IndexFactory> = Vec::new();
+    if args.layouts.is_empty() {
+        out.extend(all.iter().filter(|f| f.primary).copied());
+    } else {
+        for name in &args.layouts {
+            let found = all
+                .iter()
+                .find(|f| f.name == name.as_str())
+                .ok_or_else(|| {
+                    let known: Vec<&str> = all.iter().map(|f| f.name).collect();
+                    format!(
+                        "unknown layout {name:?}; this build has: {}",
+                        known.join(", ")
+                    )
+                })?;
+            out.push(*found);
+        }
+    }
+    if !args.no_naive {
+        out.push(IndexFactory {
+            name: "naive",
+            make: || Box::new(NaiveIndexer::new()),
+            primary: true,
+        });
+    }
+    Ok(out)
+}
+
+fn run_replays(workload: &Workload, args: &ReplayArgs) -> Result<Vec<Report>, String> {
+    let cfg = ReplayConfig {
+        threads: args.threads.max(1),
+        speed: args.speed,
+    };
+    let style = ProgressStyle::with_template("{prefix:>12} {bar:40} {pos}/{len} ops {elapsed}")
+        .expect("template");
+    let mut reports = Vec::new();
+    for IndexFactory { name, make, .. } in indexes(args)? {
+        let bar = ProgressBar::new(workload.ops.len() as u64)
+            .with_style(style.clone())
+            .with_prefix(name);
+        let report = replay::replay(name, make, workload, &cfg, &bar);
+        bar.finish_and_clear();
+        reports.push(report);
+    }
+    Ok(reports)
+}
+
+fn main_job(cli: &Cli) -> Result<(), String> {
+    let cfg = cli.engine.config();
+    let (trace, source) = load_trace(cli.trace.as_deref(), cli.requests, cfg.seed)?;
+    eprintln!(
+        "generating the workload of {} requests from {source} ...",
+        trace.len()
+    );
+    let workload = engine::generate(&trace, &cfg, &source);
+    report::describe(&workload);
+    let reports = run_replays(&workload, &cli.replay)?;
+    report::table(&reports, &cli.replay.speed);
+    report::check_rejections(&reports)
+}
+
+fn run(cli: Cli) -> Result<(), String> {
+    match &cli.command {
+        None => main_job(&cli),
+        Some(Command::Generate {
+            trace,
+            requests,
+            out,
+            engine,
+        }) => {
+            let cfg = engine.config();
+            let (trace, source) = load_trace(trace.as_deref(), *requests, cfg.seed)?;
+            let workload = engine::generate(&trace, &cfg, &source);
+            let file =
+                File::create(out).map_err(|e| format!("cannot create {}: {e}", out.display()))?;
+            workload
+                .write(file)
+                .map_err(|e| format!("writing {}: {e}", out.display()))?;
+            report::describe(&workload);
+            eprintln!("wrote {}", out.display());
+            Ok(())
+        }
+        Some(Command::Replay { workload, replay }) => {
+            let file = File::open(workload)
+                .map_err(|e| format!("cannot open {}: {e}", workload.display()))?;
+            let loaded = Workload::read(BufReader::new(file))
+                .map_err(|e| format!("{}: {e}", workload.display()))?;
+            report::describe(&loaded);
+            let reports = run_replays(&loaded, replay)?;
+            report::table(&reports, &replay.speed);
+            report::check_rejections(&reports)
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    match run(Cli::parse()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("flashbench: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

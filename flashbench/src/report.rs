@@ -1,0 +1,102 @@
+//! What flashbench prints.
+
+use crate::replay::Report;
+use crate::workload::{Op, Workload};
+
+/// One line about a workload: its size and mix.
+pub fn describe(workload: &Workload) {
+    let (mut matches, mut stores, mut removes, mut blocks) = (0u64, 0u64, 0u64, 0u64);
+    for op in &workload.ops {
+        match op {
+            Op::Match { .. } => matches += 1,
+            Op::Store { blocks: b, .. } => {
+                stores += 1;
+                blocks += b.len() as u64;
+            }
+            Op::Remove { .. } => removes += 1,
+            Op::Clear { .. } => {}
+        }
+    }
+    let span = workload.ops.last().map_or(0, Op::t) as f64 / 1e6;
+    eprintln!(
+        "workload: {} ops over {span:.0} s of trace time ({matches} queries, {stores} stores of {blocks} blocks, {removes} removes); block size {}, {} workers, {} blocks each",
+        workload.ops.len(),
+        workload.header.block_size,
+        workload
+            .header
+            .workers
+            .map_or("?".into(), |w| w.to_string()),
+        workload
+            .header
+            .capacity_blocks
+            .map_or("?".into(), |c| c.to_string()),
+    );
+}
+
+fn us(ns: u64) -> String {
+    format!("{:.2}", ns as f64 / 1000.0)
+}
+
+/// The comparison table.
+pub fn table(reports: &[Report], speed: &f64) {
+    let mode = if *speed > 0.0 {
+        format!("paced at {speed}x trace time")
+    } else {
+        "as fast as possible".into()
+    };
+    println!("\nreplay {mode}; clocks stop after the final flush; latencies in microseconds");
+    println!(
+        "{:<12} {:>10} {:>12} {:>8} {:>8} {:>8} {:>8} {:>9} {:>10} {:>9}",
+        "layout",
+        "ops/s",
+        "block ops/s",
+        "p50",
+        "p99",
+        "p99.9",
+        "max",
+        "rejected",
+        "peak MiB",
+        "B/pair"
+    );
+    for r in reports {
+        let l = &r.latency;
+        println!(
+            "{:<12} {:>10.0} {:>12.0} {:>8} {:>8} {:>8} {:>8} {:>9} {:>10.1} {:>9.1}",
+            r.name,
+            r.ops_per_s(),
+            r.block_ops_per_s(),
+            us(l.value_at_quantile(0.5)),
+            us(l.value_at_quantile(0.99)),
+            us(l.value_at_quantile(0.999)),
+            us(l.max()),
+            r.pool.rejected(),
+            r.peak_bytes as f64 / (1 << 20) as f64,
+            r.bytes_per_pair(),
+        );
+    }
+    if *speed > 0.0 {
+        println!("\n{:<12} {:>12} {:>12}", "layout", "max lag ms", "drain ms");
+        for r in reports {
+            println!(
+                "{:<12} {:>12.1} {:>12.1}",
+                r.name,
+                r.max_lag.as_secs_f64() * 1e3,
+                r.drain.as_secs_f64() * 1e3
+            );
+        }
+    }
+}
+
+/// Generated workloads are valid: any rejected event is a bug (in the engines or an index).
+pub fn check_rejections(reports: &[Report]) -> Result<(), String> {
+    let bad: Vec<String> = reports
+        .iter()
+        .filter(|r| r.pool.rejected() > 0 || r.pool.warned_unknown_blocks > 0)
+        .map(|r| format!("{}: {:?}", r.name, r.pool))
+        .collect();
+    if bad.is_empty() {
+        Ok(())
+    } else {
+        Err(format!("events were rejected:\n{}", bad.join("\n")))
+    }
+}

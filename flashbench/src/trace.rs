@@ -1,0 +1,152 @@
+//! Request traces in Mooncake's format, read from a file or synthesized with Mooncake-like
+//! statistics (for the default run, which must work with no file at hand).
+
+use serde::Deserialize;
+use std::io::BufRead;
+
+/// Tokens each trace hash id stands for.
+pub const TOKENS_PER_HASH_ID: usize = 512;
+
+/// One request of a trace.
+#[derive(Clone, Debug, Deserialize)]
+pub struct Request {
+    /// Milliseconds since the trace started.
+    pub timestamp: u64,
+    pub input_length: usize,
+    pub output_length: usize,
+    /// Each id stands for one 512-token block and everything before it.
+    pub hash_ids: Vec<u64>,
+}
+
+/// Reads a Mooncake-format trace (one JSON object a line).
+pub fn read(input: impl BufRead) -> Result<Vec<Request>, String> {
+    let mut out = Vec::new();
+    for (i, line) in input.lines().enumerate() {
+        let line = line.map_err(|e| format!("line {}: {e}", i + 1))?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let request: Request =
+            serde_json::from_str(&line).map_err(|e| format!("line {}: {e}", i + 1))?;
+        out.push(request);
+    }
+    out.sort_by_key(|r| r.timestamp);
+    Ok(out)
+}
+
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    fn unit(&mut self) -> f64 {
+        (self.next() >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    /// Log-normal-ish: exp of a uniform spread, enough to get a long tail.
+    fn heavy(&mut self, median: f64, spread: f64) -> f64 {
+        let u = self.unit() * 2.0 - 1.0;
+        median * (spread * u * u.abs()).exp()
+    }
+}
+
+/// A synthetic trace with the shape of Mooncake's conversation trace (see its SOURCE.md):
+/// arrivals in bursts every ~3 s, every request starting with block id 0 (a shared system
+/// prompt), a small set of popular second blocks, multi-turn conversations that resend their
+/// history, hash ids per request with median ~14 and a long tail, outputs of a few hundred
+/// tokens.
+pub fn synthetic(requests: usize, seed: u64) -> Vec<Request> {
+    let mut rng = Rng(seed);
+    let mut next_id = 1u64;
+    let mut conversations: Vec<Vec<u64>> = Vec::new();
+    let popular: Vec<u64> = (0..64)
+        .map(|_| {
+            next_id += 1;
+            next_id - 1
+        })
+        .collect();
+    let mut out = Vec::with_capacity(requests);
+    let mut t_ms = 0u64;
+    while out.len() < requests {
+        t_ms += 2_500 + rng.next() % 1_000; // a burst every ~3 s
+        let burst = 1 + (rng.next() % 20) as usize;
+        for _ in 0..burst.min(requests - out.len()) {
+            // Half the requests continue a conversation (its history is a shared prefix).
+            let ids = if !conversations.is_empty() && rng.unit() < 0.5 {
+                let c = (rng.next() % conversations.len() as u64) as usize;
+                let grow = 1 + (rng.next() % 4) as usize;
+                let history = &mut conversations[c];
+                for _ in 0..grow {
+                    history.push(next_id);
+                    next_id += 1;
+                }
+                history.clone()
+            } else {
+                let len = (rng.heavy(14.0, 2.4).round() as usize).clamp(2, 240);
+                let mut ids = vec![0];
+                if rng.unit() < 0.6 {
+                    ids.push(popular[(rng.next() % popular.len() as u64) as usize]);
+                }
+                while ids.len() < len {
+                    ids.push(next_id);
+                    next_id += 1;
+                }
+                if conversations.len() < 2_000 {
+                    conversations.push(ids.clone());
+                }
+                ids
+            };
+            let input_length = (ids.len() - 1) * TOKENS_PER_HASH_ID
+                + 1
+                + (rng.next() % TOKENS_PER_HASH_ID as u64) as usize;
+            let output_length = (rng.heavy(350.0, 1.5).round() as usize).clamp(1, 2_000);
+            out.push(Request {
+                timestamp: t_ms,
+                input_length,
+                output_length,
+                hash_ids: ids,
+            });
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_the_mooncake_format() {
+        let text = "{\"timestamp\": 5, \"input_length\": 600, \"output_length\": 9, \"hash_ids\": [0, 1]}\n";
+        let t = read(text.as_bytes()).unwrap();
+        assert_eq!((t[0].timestamp, t[0].hash_ids.len()), (5, 2));
+        assert!(
+            read("{\"timestamp\": 5}".as_bytes())
+                .unwrap_err()
+                .contains("line 1")
+        );
+    }
+
+    #[test]
+    fn synthetic_trace_is_seeded_and_mooncake_shaped() {
+        let a = synthetic(2_000, 7);
+        let b = synthetic(2_000, 7);
+        assert_eq!(a.len(), 2_000);
+        assert!(a.iter().zip(&b).all(|(x, y)| x.hash_ids == y.hash_ids));
+        assert!(a.iter().all(|r| r.hash_ids[0] == 0
+            && r.hash_ids.len() == r.input_length.div_ceil(TOKENS_PER_HASH_ID)));
+        let mut lens: Vec<usize> = a.iter().map(|r| r.hash_ids.len()).collect();
+        lens.sort_unstable();
+        let median = lens[lens.len() / 2];
+        assert!(
+            (8..=30).contains(&median),
+            "median hash ids per request {median}"
+        );
+    }
+}
