@@ -9,7 +9,10 @@
 //!    workers are partitioned in place at each probe, so a probe serves all of them at once:
 //!    at most `min(dropped * log2 J, J)` probes, never a linear scan.
 //!
-//! A query of depth `D` costs about `D / J` probes plus `D` steps of the canonical mix.
+//! 4. After a landing where nobody dropped, the next jump doubles (up to [`MAX_JUMP`]); a drop
+//!    returns it to `J`. Long shared prefixes then cost about `log2 D + D / MAX_JUMP` probes.
+//!
+//! A query of depth `D` costs at most about `D / J` probes plus `D` steps of the canonical mix.
 //!
 //! Under racing writers every reported depth is `p + 1` for a position `p` where the worker was
 //! *observed* present; presence at `p` at that instant means the worker then had depth > `p`.
@@ -226,7 +229,8 @@ fn jump_search<L: ByPosition>(
     let mut active: Vec<Slot> = set.as_slice().to_vec();
     search.scores = OverlapScores::with_capacity(active.len());
     let mut dropped: Vec<Slot> = Vec::new();
-    let jump = jump.clamp(1, MAX_JUMP);
+    let base_jump = jump.clamp(1, MAX_JUMP);
+    let mut jump = base_jump;
     let mut lo = 0u32;
     while !active.is_empty() && lo + 1 < n {
         let hi = (lo + jump).min(n - 1);
@@ -253,8 +257,13 @@ fn jump_search<L: ByPosition>(
             }
             None => dropped.append(&mut active),
         }
-        if !dropped.is_empty() {
+        // Gallop: a landing where nobody dropped doubles the next jump (long shared prefixes
+        // cost about log2(D) + D / MAX_JUMP probes); a drop returns to the configured jump.
+        if dropped.is_empty() {
+            jump = (jump * 2).min(MAX_JUMP);
+        } else {
             search.scan_back(&mut dropped, lo, hi);
+            jump = base_jump;
         }
         lo = hi;
     }
