@@ -8,6 +8,7 @@
 mod engine;
 mod replay;
 mod report;
+mod sweep;
 mod trace;
 mod workload;
 
@@ -61,6 +62,37 @@ enum Command {
         /// Where to write the workload (JSON Lines).
         #[arg(long)]
         out: PathBuf,
+        #[command(flatten)]
+        engine: EngineArgs,
+    },
+    /// Replay every layout as fast as possible (replay.md), then raise the offered rate until each
+    /// can no longer keep up, noting where its query p99 crosses the threshold (sweep.json,
+    /// sweep.svg, sweep.md). Regenerates every figure of papers/flash-indexer.md.
+    Sweep {
+        /// A Mooncake-format trace; without it a synthetic one is used.
+        #[arg(long)]
+        trace: Option<PathBuf>,
+        /// Requests of the synthetic trace (ignored with --trace).
+        #[arg(long, default_value_t = 3000)]
+        requests: usize,
+        /// Where the curves, the plot and the table go.
+        #[arg(long, default_value = "papers/figures")]
+        out: PathBuf,
+        /// Query p99 limit, microseconds.
+        #[arg(long, default_value_t = 5.0)]
+        threshold_us: f64,
+        /// Wall-clock seconds per point.
+        #[arg(long, default_value_t = 4.0)]
+        seconds: f64,
+        /// First speed, times trace time (doubles each point).
+        #[arg(long, default_value_t = 25.0)]
+        start_speed: f64,
+        /// Layouts to sweep, comma separated; default: every primary layout.
+        #[arg(long, value_delimiter = ',')]
+        layouts: Vec<String>,
+        /// Writer threads.
+        #[arg(long, default_value_t = 2)]
+        threads: usize,
         #[command(flatten)]
         engine: EngineArgs,
     },
@@ -183,6 +215,7 @@ fn run_replays(workload: &Workload, args: &ReplayArgs) -> Result<Vec<Report>, St
     let cfg = ReplayConfig {
         threads: args.threads.max(1),
         speed: args.speed,
+        max_wall: None,
     };
     let style = ProgressStyle::with_template("{prefix:>12} {bar:40} {pos}/{len} ops {elapsed}")
         .expect("template");
@@ -231,6 +264,65 @@ fn run(cli: Cli) -> Result<(), String> {
                 .map_err(|e| format!("writing {}: {e}", out.display()))?;
             report::describe(&workload);
             eprintln!("wrote {}", out.display());
+            Ok(())
+        }
+        Some(Command::Sweep {
+            trace,
+            requests,
+            out,
+            threshold_us,
+            seconds,
+            start_speed,
+            layouts,
+            threads,
+            engine,
+        }) => {
+            let cfg = engine.config();
+            let (trace, source) = load_trace(trace.as_deref(), *requests, cfg.seed)?;
+            let workload = engine::generate(&trace, &cfg, &source);
+            report::describe(&workload);
+            let args = ReplayArgs {
+                layouts: layouts.clone(),
+                no_naive: true,
+                threads: *threads,
+                speed: 0.0,
+            };
+            let sweep_cfg = sweep::SweepConfig {
+                threads: (*threads).max(1),
+                start_speed: *start_speed,
+                seconds_per_point: *seconds,
+                threshold_us: *threshold_us,
+                max_lag_ms: 50.0,
+                max_points: 16,
+            };
+            let source = format!(
+                "{source}, {} workers x {} blocks, block size {}",
+                cfg.workers, cfg.capacity_blocks, cfg.block_size
+            );
+            // First the plain replay every layout's row in the paper comes from, then the sweep.
+            let reports = run_replays(&workload, &args)?;
+            report::table(&reports, &0.0);
+            report::check_rejections(&reports)?;
+            std::fs::create_dir_all(out)
+                .map_err(|e| format!("cannot create {}: {e}", out.display()))?;
+            std::fs::write(out.join("replay.md"), report::markdown(&reports, &source))
+                .map_err(|e| format!("writing replay.md: {e}"))?;
+            let curves = sweep::sweep(&workload, &indexes(&args)?, &sweep_cfg);
+            sweep::write(&curves, &sweep_cfg, &source, out)?;
+            println!(
+                "\n{:<12} {:>16} {:>16} {:>12}",
+                "layout", "keep-up ops/s", "threshold ops/s", "bytes/pair"
+            );
+            for c in &curves {
+                println!(
+                    "{:<12} {:>16.0} {:>16.0} {:>12.1}",
+                    c.layout, c.keep_up_ops_per_s, c.threshold_ops_per_s, c.bytes_per_pair
+                );
+            }
+            eprintln!(
+                "wrote {}/replay.md, sweep.json, sweep.svg, sweep.md",
+                out.display()
+            );
             Ok(())
         }
         Some(Command::Replay { workload, replay }) => {

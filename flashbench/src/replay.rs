@@ -18,6 +18,8 @@ pub struct ReplayConfig {
     pub threads: usize,
     /// Trace time runs this many times faster than real time; 0 replays as fast as possible.
     pub speed: f64,
+    /// Stop issuing ops after this much wall time (the sweep's budget per point).
+    pub max_wall: Option<Duration>,
 }
 
 /// What one replay measured.
@@ -90,8 +92,15 @@ pub fn replay(
     let schedule = |t: u64| {
         (cfg.speed > 0.0).then(|| start + Duration::from_secs_f64(t as f64 / 1e6 / cfg.speed))
     };
+    let mut issued = 0u64;
+    let mut last_scheduled = None;
     for (i, (op, event)) in workload.ops.iter().zip(events).enumerate() {
-        if let Some(at) = schedule(op.t()) {
+        if cfg.max_wall.is_some_and(|budget| start.elapsed() > budget) {
+            break;
+        }
+        issued += 1;
+        last_scheduled = schedule(op.t());
+        if let Some(at) = last_scheduled {
             let now = Instant::now();
             if now < at {
                 std::thread::sleep(at - now);
@@ -117,7 +126,6 @@ pub fn replay(
             progress.set_position(i as u64);
         }
     }
-    let last_scheduled = workload.ops.last().and_then(|op| schedule(op.t()));
     pool.flush();
     let elapsed = start.elapsed();
     let drain = last_scheduled.map_or(Duration::ZERO, |at| {
@@ -143,7 +151,7 @@ pub fn replay(
     drop(index);
     Report {
         name: name.into(),
-        ops: workload.ops.len() as u64,
+        ops: issued,
         block_ops,
         elapsed,
         latency,

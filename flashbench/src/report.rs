@@ -100,3 +100,27 @@ pub fn check_rejections(reports: &[Report]) -> Result<(), String> {
         Err(format!("events were rejected:\n{}", bad.join("\n")))
     }
 }
+
+/// The comparison table as Markdown (for `papers/figures/`).
+pub fn markdown(reports: &[Report], source: &str) -> String {
+    let mut md = format!(
+        "Replay as fast as possible, clocks stopped after the final flush; workload: {source}. Latencies in microseconds.\n\n| layout | ops/s | block ops/s | p50 | p99 | p99.9 | max | rejected | peak MiB | bytes per held pair |\n|---|---|---|---|---|---|---|---|---|---|\n"
+    );
+    for r in reports {
+        let l = &r.latency;
+        md.push_str(&format!(
+            "| {} | {:.0} | {:.0} | {} | {} | {} | {} | {} | {:.1} | {:.1} |\n",
+            r.name,
+            r.ops_per_s(),
+            r.block_ops_per_s(),
+            us(l.value_at_quantile(0.5)),
+            us(l.value_at_quantile(0.99)),
+            us(l.value_at_quantile(0.999)),
+            us(l.max()),
+            r.pool.rejected(),
+            r.peak_bytes as f64 / (1 << 20) as f64,
+            r.bytes_per_pair(),
+        ));
+    }
+    md
+}
