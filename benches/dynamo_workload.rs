@@ -195,6 +195,20 @@ fn criterion_part(c: &mut Criterion, w: &Workload) {
     group.finish();
 }
 
+/// p50 and p99 of `queries`, each query timed on its own (nanoseconds).
+fn query_percentiles(index: &dyn KvIndex, queries: &[Vec<LocalHash>]) -> (f64, f64) {
+    let mut lat: Vec<u64> = queries
+        .iter()
+        .map(|q| {
+            let start = Instant::now();
+            black_box(index.find_matches(q));
+            start.elapsed().as_nanos() as u64
+        })
+        .collect();
+    lat.sort_unstable();
+    (lat[lat.len() / 2] as f64, lat[lat.len() * 99 / 100] as f64)
+}
+
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
@@ -218,18 +232,9 @@ fn summary(w: &Workload) {
             flash_indexer::testing::collect_garbage();
             bytes.push((live_bytes() - before) as f64 / PAIRS as f64);
             store.push(w.stored_blocks as f64 / took.as_secs_f64());
-            let mut lat: Vec<u64> = w
-                .queries
-                .iter()
-                .map(|q| {
-                    let start = Instant::now();
-                    black_box(index.find_matches(q));
-                    start.elapsed().as_nanos() as u64
-                })
-                .collect();
-            lat.sort_unstable();
-            p50.push(lat[lat.len() / 2] as f64);
-            p99.push(lat[lat.len() * 99 / 100] as f64);
+            let (q50, q99) = query_percentiles(&*index, &w.queries);
+            p50.push(q50);
+            p99.push(q99);
             remove.push(w.removed_blocks as f64 / through_pool(&index, &w.removes).as_secs_f64());
         }
         println!(
@@ -255,18 +260,9 @@ fn jump_sweep(w: &Workload) {
         through_pool(&index, &w.stores);
         let (mut p50, mut p99) = (vec![], vec![]);
         for _ in 0..3 {
-            let mut lat: Vec<u64> = w
-                .queries
-                .iter()
-                .map(|q| {
-                    let start = Instant::now();
-                    black_box(index.find_matches(q));
-                    start.elapsed().as_nanos() as u64
-                })
-                .collect();
-            lat.sort_unstable();
-            p50.push(lat[lat.len() / 2] as f64);
-            p99.push(lat[lat.len() * 99 / 100] as f64);
+            let (q50, q99) = query_percentiles(&*index, &w.queries);
+            p50.push(q50);
+            p99.push(q99);
         }
         println!(
             "  jump {jump:>3}: p50 {:>6.0} ns   p99 {:>6.0} ns",
