@@ -37,6 +37,22 @@ fn us(ns: u64) -> String {
     format!("{:.2}", ns as f64 / 1000.0)
 }
 
+/// The cells of one layout's row, in table order after the name.
+fn cells(r: &Report) -> [String; 9] {
+    let l = &r.latency;
+    [
+        format!("{:.0}", r.ops_per_s()),
+        format!("{:.0}", r.block_ops_per_s()),
+        us(l.value_at_quantile(0.5)),
+        us(l.value_at_quantile(0.99)),
+        us(l.value_at_quantile(0.999)),
+        us(l.max()),
+        r.pool.rejected().to_string(),
+        format!("{:.1}", r.peak_bytes as f64 / (1 << 20) as f64),
+        format!("{:.1}", r.bytes_per_pair()),
+    ]
+}
+
 /// The comparison table.
 pub fn table(reports: &[Report], speed: &f64) {
     let mode = if *speed > 0.0 {
@@ -59,19 +75,10 @@ pub fn table(reports: &[Report], speed: &f64) {
         "B/pair"
     );
     for r in reports {
-        let l = &r.latency;
+        let [ops, blocks, p50, p99, p999, max, rejected, peak, per_pair] = cells(r);
         println!(
-            "{:<12} {:>10.0} {:>12.0} {:>8} {:>8} {:>8} {:>8} {:>9} {:>10.1} {:>9.1}",
-            r.name,
-            r.ops_per_s(),
-            r.block_ops_per_s(),
-            us(l.value_at_quantile(0.5)),
-            us(l.value_at_quantile(0.99)),
-            us(l.value_at_quantile(0.999)),
-            us(l.max()),
-            r.pool.rejected(),
-            r.peak_bytes as f64 / (1 << 20) as f64,
-            r.bytes_per_pair(),
+            "{:<12} {ops:>10} {blocks:>12} {p50:>8} {p99:>8} {p999:>8} {max:>8} {rejected:>9} {peak:>10} {per_pair:>9}",
+            r.name
         );
     }
     if *speed > 0.0 {
@@ -107,20 +114,7 @@ pub fn markdown(reports: &[Report], source: &str) -> String {
         "Replay as fast as possible, clocks stopped after the final flush; workload: {source}. Latencies in microseconds.\n\n| layout | ops/s | block ops/s | p50 | p99 | p99.9 | max | rejected | peak MiB | bytes per held pair |\n|---|---|---|---|---|---|---|---|---|---|\n"
     );
     for r in reports {
-        let l = &r.latency;
-        md.push_str(&format!(
-            "| {} | {:.0} | {:.0} | {} | {} | {} | {} | {} | {:.1} | {:.1} |\n",
-            r.name,
-            r.ops_per_s(),
-            r.block_ops_per_s(),
-            us(l.value_at_quantile(0.5)),
-            us(l.value_at_quantile(0.99)),
-            us(l.value_at_quantile(0.999)),
-            us(l.max()),
-            r.pool.rejected(),
-            r.peak_bytes as f64 / (1 << 20) as f64,
-            r.bytes_per_pair(),
-        ));
+        md.push_str(&format!("| {} | {} |\n", r.name, cells(r).join(" | ")));
     }
     md
 }
