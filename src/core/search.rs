@@ -1,4 +1,5 @@
-//! Jump search with binary scan-back, for layouts with random access by position.
+//! The core's searches: jump search with binary scan-back for layouts with random access by
+//! position ([`ByPosition`]), and a walk from the root for tree layouts ([`Tree`]).
 //!
 //! By the reachable-only invariant (`workers.rs`), the workers present at position `p` of the
 //! query's canonical chain are a subset of those present at `p - 1`. So:
@@ -8,7 +9,6 @@
 //! 3. Each dropped worker's depth lies in the skipped range: binary search over it. Dropped
 //!    workers are partitioned in place at each probe, so a probe serves all of them at once:
 //!    at most `min(dropped * log2 J, J)` probes, never a linear scan.
-//!
 //! 4. After a landing where nobody dropped, the next jump doubles (up to [`MAX_JUMP`]); a drop
 //!    returns it to `J`. Long shared prefixes then cost about `log2 D + D / MAX_JUMP` probes.
 //!
