@@ -74,14 +74,6 @@ impl WorkerSet {
             }
         })
     }
-
-    /// Heap bytes owned by the set (for memory accounting).
-    pub fn heap_bytes(&self) -> usize {
-        match self {
-            WorkerSet::One(_) => 0,
-            WorkerSet::Many(slots) => slots.len() * core::mem::size_of::<Slot>(),
-        }
-    }
 }
 
 #[cfg(test)]
