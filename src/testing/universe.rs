@@ -152,20 +152,22 @@ impl Universe {
     /// The engine's sequence hash of block `pos` of path `p`: Dynamo's chain for salt 0, an
     /// opaque salted value otherwise (a function of the prefix and the salt only).
     pub fn seq(&self, p: usize, pos: u32, salt: u8) -> SeqHash {
-        let mut seq = SeqHash(self.local(p, 0).0);
-        for i in 1..=pos {
-            seq = next_seq_hash(seq, self.local(p, i));
-        }
-        if salt == 0 {
-            seq
-        } else {
-            SeqHash(self.mix(seq.0, 0x5a17 + u64::from(salt)))
-        }
+        self.chain(p, pos, pos + 1, salt)[0].seq
     }
 
+    /// Blocks `start .. start + len` of path `p`, cut at the universe's depth.
     fn blocks(&self, p: usize, start: u32, len: u32, salt: u8) -> Vec<Block> {
-        // Roll the chain once instead of calling `seq` per block (deep chains).
-        let end = start.saturating_add(len).min(self.max_pos + 1);
+        self.chain(
+            p,
+            start,
+            start.saturating_add(len).min(self.max_pos + 1),
+            salt,
+        )
+    }
+
+    /// Blocks `start .. end` of path `p` with their engine hashes. The chain is rolled once from
+    /// the root (deep chains would make a `seq` call per block quadratic).
+    fn chain(&self, p: usize, start: u32, end: u32, salt: u8) -> Vec<Block> {
         let mut out = Vec::with_capacity(end.saturating_sub(start) as usize);
         let mut seq = SeqHash(self.local(p, 0).0);
         for i in 0..end {
