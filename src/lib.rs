@@ -9,6 +9,8 @@
 //! - [`KvIndex`]: the trait every index implements; [`Event`], [`EventError`], [`OverlapScores`].
 //! - [`hash`]: block hashing compatible with Dynamo's router.
 //! - [`NaiveIndexer`]: the contract written literally; the oracle of every test.
+//! - [`pool`]: writer threads in front of any index, with per-worker ordering.
+//! - `ingest` (feature `vllm`): vLLM and SGLang KV events over ZeroMQ, into a pool.
 //! - [`testing`] (feature `testing`): the differential harness that checks any [`KvIndex`]
 //!   against [`NaiveIndexer`].
 //!
@@ -33,6 +35,8 @@ pub mod core;
 mod error;
 pub mod hash;
 mod index;
+#[cfg(all(feature = "vllm", not(loom)))]
+pub mod ingest;
 #[doc(hidden)]
 pub mod latch;
 mod naive;

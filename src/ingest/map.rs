@@ -1,0 +1,251 @@
+//! Engine events to index [`Event`]s.
+//!
+//! - `token_ids` become local hashes with [`crate::hash`] at the event's `block_size`, seeded by
+//!   the LoRA adapter's name when there is one, so that a router hashing a request's tokens the
+//!   same way finds them.
+//! - Engine block hashes become opaque [`SeqHash`]es, unchanged.
+//! - `data_parallel_rank` becomes [`Worker::dp_rank`]; the worker id is the caller's (the
+//!   subscriber resolves it from the message topic).
+//! - Events of other storage tiers (CPU offload, disk, ...) are filtered out, GPU by default.
+//! - An event whose tokens do not make whole blocks, one per block hash, is rejected with a
+//!   reason and nothing of it is applied.
+
+use std::collections::HashMap;
+use std::fmt;
+
+use super::decode::{BlockStored, EngineEvent, KvEventBatch};
+use crate::{Block, Event, EventKind, Worker, hash};
+
+/// Which events an [`EventMapper`] keeps.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MapConfig {
+    /// Storage tiers to index, compared case-insensitively. An event without a medium (engines
+    /// older than the field) is GPU. Default: `["GPU"]`.
+    pub mediums: Vec<String>,
+    /// Keep only this KV-cache group of hybrid models (events without a group are always kept).
+    /// Default: every group.
+    pub group: Option<u32>,
+}
+
+impl Default for MapConfig {
+    fn default() -> Self {
+        MapConfig {
+            mediums: vec!["GPU".to_owned()],
+            group: None,
+        }
+    }
+}
+
+impl MapConfig {
+    fn keeps(&self, medium: Option<&str>, group: Option<u32>) -> bool {
+        let medium = medium.unwrap_or("GPU");
+        let medium_ok = self.mediums.iter().any(|m| m.eq_ignore_ascii_case(medium));
+        let group_ok = match (self.group, group) {
+            (Some(wanted), Some(group)) => wanted == group,
+            _ => true,
+        };
+        medium_ok && group_ok
+    }
+}
+
+/// Why an engine event was not turned into an index event. Nothing of it was applied.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum MapError {
+    /// The tokens are not exactly one block of `block_size` per block hash.
+    PartialBlocks {
+        /// Tokens in the event.
+        tokens: usize,
+        /// Block hashes in the event.
+        blocks: usize,
+        /// The event's block size.
+        block_size: u32,
+    },
+    /// A LoRA adapter id without the adapter's name, which the local hashes are seeded with.
+    LoraWithoutName {
+        /// The adapter's id.
+        lora_id: i64,
+    },
+}
+
+impl fmt::Display for MapError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            MapError::PartialBlocks {
+                tokens,
+                blocks,
+                block_size,
+            } => write!(
+                f,
+                "{tokens} tokens are not {blocks} whole blocks of {block_size}: event rejected"
+            ),
+            MapError::LoraWithoutName { lora_id } => write!(
+                f,
+                "LoRA adapter {lora_id} without lora_name: its local hashes cannot be computed"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for MapError {}
+
+/// What one batch became.
+#[derive(Debug, Default)]
+pub struct Mapped {
+    /// Index events, in the engine's order, with event ids consecutive per worker.
+    pub events: Vec<Event>,
+    /// Events of filtered-out tiers or groups.
+    pub filtered: usize,
+    /// Events rejected, with the reason.
+    pub rejected: Vec<MapError>,
+}
+
+/// Turns one engine's batches into index events for one worker id.
+///
+/// Event ids are numbered per data-parallel rank, consecutively, so a
+/// [`WriterPool`](crate::pool::WriterPool) sees no gaps of its own: lost batches are the
+/// transport's business.
+///
+/// ```
+/// use flash_indexer::ingest::{BlockStored, EngineEvent, EventMapper, KvEventBatch, MapConfig};
+/// use flash_indexer::{hash, KvIndex, NaiveIndexer, SeqHash, Worker};
+///
+/// let tokens: Vec<u32> = (0..32).collect();
+/// let batch = KvEventBatch {
+///     ts: 0.0,
+///     events: vec![EngineEvent::BlockStored(BlockStored {
+///         block_hashes: vec![SeqHash(11), SeqHash(12)],
+///         parent_block_hash: None,
+///         token_ids: tokens.clone(),
+///         block_size: 16,
+///         lora_id: None,
+///         medium: Some("GPU".into()),
+///         lora_name: None,
+///         group_idx: None,
+///     })],
+///     data_parallel_rank: Some(1),
+///     unknown_events: 0,
+/// };
+/// let mut mapper = EventMapper::new(7, MapConfig::default());
+/// let index = NaiveIndexer::default();
+/// for event in mapper.map(&batch).events {
+///     index.apply(&event).unwrap();
+/// }
+/// let scores = index.find_matches(&hash::local_hashes(&tokens, 16));
+/// assert_eq!(scores.get(Worker::new(7, 1)), Some(2));
+/// ```
+#[derive(Debug)]
+pub struct EventMapper {
+    worker_id: u64,
+    config: MapConfig,
+    /// The next event id of each data-parallel rank seen so far.
+    next_ids: HashMap<u32, u64>,
+}
+
+impl EventMapper {
+    /// A mapper for the engine whose events belong to worker `worker_id`.
+    pub fn new(worker_id: u64, config: MapConfig) -> Self {
+        EventMapper {
+            worker_id,
+            config,
+            next_ids: HashMap::new(),
+        }
+    }
+
+    /// The worker id this mapper's events carry.
+    pub fn worker_id(&self) -> u64 {
+        self.worker_id
+    }
+
+    /// Maps a decoded batch.
+    pub fn map(&mut self, batch: &KvEventBatch) -> Mapped {
+        let worker = Worker::new(self.worker_id, batch.data_parallel_rank.unwrap_or(0));
+        let mut mapped = Mapped::default();
+        for event in &batch.events {
+            let kind = match event {
+                EngineEvent::BlockStored(stored) => {
+                    if !self
+                        .config
+                        .keeps(stored.medium.as_deref(), stored.group_idx)
+                    {
+                        mapped.filtered += 1;
+                        continue;
+                    }
+                    match stored_kind(stored) {
+                        Ok(kind) => kind,
+                        Err(error) => {
+                            mapped.rejected.push(error);
+                            continue;
+                        }
+                    }
+                }
+                EngineEvent::BlockRemoved(removed) => {
+                    if !self
+                        .config
+                        .keeps(removed.medium.as_deref(), removed.group_idx)
+                    {
+                        mapped.filtered += 1;
+                        continue;
+                    }
+                    EventKind::Removed {
+                        blocks: removed.block_hashes.clone(),
+                    }
+                }
+                EngineEvent::AllBlocksCleared => EventKind::Cleared,
+            };
+            mapped.events.push(self.event(worker, kind));
+        }
+        mapped
+    }
+
+    /// The engine restarted: a `Cleared` for every rank it published from, and fresh numbering.
+    pub fn restart(&mut self) -> Vec<Event> {
+        let mut ranks: Vec<u32> = self.next_ids.keys().copied().collect();
+        ranks.sort_unstable();
+        let events = ranks
+            .into_iter()
+            .map(|rank| self.event(Worker::new(self.worker_id, rank), EventKind::Cleared))
+            .collect();
+        self.next_ids.clear();
+        events
+    }
+
+    fn event(&mut self, worker: Worker, kind: EventKind) -> Event {
+        let next = self.next_ids.entry(worker.dp_rank).or_insert(0);
+        let event_id = *next;
+        *next += 1;
+        Event {
+            worker,
+            event_id,
+            kind,
+        }
+    }
+}
+
+fn stored_kind(stored: &BlockStored) -> Result<EventKind, MapError> {
+    let block_size = stored.block_size as usize;
+    let whole = block_size > 0
+        && stored.token_ids.len() % block_size == 0
+        && stored.token_ids.len() / block_size == stored.block_hashes.len();
+    if !whole {
+        return Err(MapError::PartialBlocks {
+            tokens: stored.token_ids.len(),
+            blocks: stored.block_hashes.len(),
+            block_size: stored.block_size,
+        });
+    }
+    let locals = match (&stored.lora_name, stored.lora_id) {
+        (Some(name), _) => hash::local_hashes_lora(&stored.token_ids, block_size, name),
+        (None, Some(lora_id)) => return Err(MapError::LoraWithoutName { lora_id }),
+        (None, None) => hash::local_hashes(&stored.token_ids, block_size),
+    };
+    let blocks = locals
+        .into_iter()
+        .zip(&stored.block_hashes)
+        .map(|(local, &seq)| Block::new(local, seq))
+        .collect();
+    Ok(EventKind::Stored {
+        parent: stored.parent_block_hash,
+        blocks,
+    })
+}

@@ -1,0 +1,22 @@
+//! Engine KV events in, index events out (feature `vllm`).
+//!
+//! A router does not build [`Event`](crate::Event)s by hand: it subscribes to its engines. This
+//! module takes vLLM's and SGLang's KV event streams as they are published today and keeps any
+//! [`KvIndex`](crate::KvIndex) current:
+//!
+//! - [`decode_batch`]: msgpack bytes to a [`KvEventBatch`], in both live encodings (positional
+//!   arrays and `"type"`-tagged maps); hashes as integers of any width and sign, or as digest
+//!   bytes ([`Engine`] says which 8 bytes).
+//! - [`EventMapper`]: engine events to index events: local hashes from the tokens (with the
+//!   LoRA seed), engine hashes as opaque [`SeqHash`](crate::SeqHash)es, data-parallel ranks as
+//!   [`Worker::dp_rank`](crate::Worker::dp_rank), a storage-tier filter, and whole blocks only.
+
+mod decode;
+mod map;
+mod sequence;
+
+pub use decode::{
+    BlockRemoved, BlockStored, DecodeError, Engine, EngineEvent, KvEventBatch, decode_batch,
+};
+pub use map::{EventMapper, MapConfig, MapError, Mapped};
+pub use sequence::Topic;

@@ -1,0 +1,543 @@
+//! Decoding and mapping engine events (feature `vllm`): real vLLM events from
+//! `../shared/testdata/vllm/`, both encodings, every hash representation, and bad input.
+
+use flash_indexer::ingest::{
+    BlockStored, DecodeError, Engine, EngineEvent, EventMapper, KvEventBatch, MapConfig, MapError,
+    decode_batch,
+};
+use flash_indexer::layouts;
+use flash_indexer::testing::CountingAlloc;
+use flash_indexer::{EventKind, KvIndex, NaiveIndexer, SeqHash, Worker, hash};
+use rmpv::Value;
+
+#[global_allocator]
+static ALLOC: CountingAlloc = CountingAlloc;
+
+/// One real `BlockStored` event captured from vLLM.
+struct RealEvent {
+    block_hashes: Vec<u64>,
+    token_ids: Vec<u32>,
+    block_size: u32,
+    lora_name: Option<String>,
+}
+
+fn real_event(file: &str) -> RealEvent {
+    let path = format!(
+        "{}/../shared/testdata/vllm/{file}",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    let json: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(json["event_type"], "BlockStored");
+    assert_eq!(json["medium"], "GPU");
+    assert!(json["parent_block_hash"].is_null());
+    RealEvent {
+        block_hashes: json["block_hashes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|h| h.as_u64().unwrap())
+            .collect(),
+        token_ids: json["token_ids"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t.as_u64().unwrap() as u32)
+            .collect(),
+        block_size: json["block_size"].as_u64().unwrap() as u32,
+        lora_name: json["lora_name"].as_str().map(str::to_owned),
+    }
+}
+
+/// How the test encodes a struct: vLLM's positional arrays or its tagged maps.
+#[derive(Clone, Copy, Debug)]
+enum Encoding {
+    Array,
+    Map,
+}
+
+/// A struct in either encoding: `fields` in declaration order, `tag` first when it has one.
+fn encode_struct(encoding: Encoding, tag: Option<&str>, fields: Vec<(&str, Value)>) -> Value {
+    match encoding {
+        Encoding::Array => Value::Array(
+            tag.map(Value::from)
+                .into_iter()
+                .chain(fields.into_iter().map(|(_, v)| v))
+                .collect(),
+        ),
+        Encoding::Map => Value::Map(
+            tag.map(|t| (Value::from("type"), Value::from(t)))
+                .into_iter()
+                .chain(fields.into_iter().map(|(k, v)| (Value::from(k), v)))
+                .collect(),
+        ),
+    }
+}
+
+fn batch_bytes(encoding: Encoding, events: Vec<Value>, dp_rank: Option<u32>) -> Vec<u8> {
+    let mut fields = vec![("ts", Value::from(1.5)), ("events", Value::Array(events))];
+    if let Some(rank) = dp_rank {
+        fields.push(("data_parallel_rank", Value::from(rank)));
+    }
+    let mut bytes = Vec::new();
+    rmpv::encode::write_value(&mut bytes, &encode_struct(encoding, None, fields)).unwrap();
+    bytes
+}
+
+/// The real event as vLLM's `BlockStored`, with each hash written by `hash_value`.
+fn stored_value(event: &RealEvent, encoding: Encoding, hash_value: impl Fn(u64) -> Value) -> Value {
+    let fields = vec![
+        (
+            "block_hashes",
+            Value::Array(event.block_hashes.iter().map(|&h| hash_value(h)).collect()),
+        ),
+        ("parent_block_hash", Value::Nil),
+        (
+            "token_ids",
+            Value::Array(event.token_ids.iter().map(|&t| Value::from(t)).collect()),
+        ),
+        ("block_size", Value::from(event.block_size)),
+        (
+            "lora_id",
+            event
+                .lora_name
+                .as_ref()
+                .map_or(Value::Nil, |_| Value::from(1)),
+        ),
+        ("medium", Value::from("GPU")),
+        (
+            "lora_name",
+            event.lora_name.as_deref().map_or(Value::Nil, Value::from),
+        ),
+    ];
+    encode_struct(encoding, Some("BlockStored"), fields)
+}
+
+/// Every way an engine may send the 64-bit hash `h`, with the engine that reads it back as `h`.
+/// Writes a 64-bit hash as a msgpack value.
+type HashWriter = fn(u64) -> Value;
+
+fn hash_representations() -> Vec<(&'static str, Engine, HashWriter)> {
+    vec![
+        ("unsigned int", Engine::Vllm, |h| Value::from(h)),
+        ("signed int", Engine::Vllm, |h| Value::from(h as i64)),
+        ("vLLM digest bytes", Engine::Vllm, |h| {
+            // A 32-byte digest whose low 64 bits, big-endian, are `h`.
+            let mut digest = vec![0xA5; 24];
+            digest.extend_from_slice(&h.to_be_bytes());
+            Value::Binary(digest)
+        }),
+        ("SGLang digest bytes", Engine::Sglang, |h| {
+            // SGLang publishes the first 8 bytes of its SHA-256, big-endian, as signed.
+            let mut digest = h.to_be_bytes().to_vec();
+            digest.extend_from_slice(&[0x5A; 24]);
+            Value::Binary(digest)
+        }),
+    ]
+}
+
+fn indexes() -> Vec<(&'static str, Box<dyn KvIndex>)> {
+    let mut all: Vec<(&'static str, Box<dyn KvIndex>)> =
+        vec![("naive", Box::new(NaiveIndexer::default()))];
+    all.extend(layouts::enabled().into_iter().map(|f| (f.name, (f.make)())));
+    all
+}
+
+#[test]
+fn real_vllm_events_carry_engine_hashes_and_score_every_block() {
+    for (file, lora) in [
+        ("kv_event_base.json", None),
+        ("kv_event_lora.json", Some("Alice")),
+    ] {
+        let event = real_event(file);
+        assert_eq!(event.lora_name.as_deref(), lora, "{file}");
+        assert_eq!(event.block_hashes.len(), 25, "{file}");
+        let query = match lora {
+            Some(name) => hash::local_hashes_lora(&event.token_ids, 16, name),
+            None => hash::local_hashes(&event.token_ids, 16),
+        };
+        for encoding in [Encoding::Array, Encoding::Map] {
+            for (how, engine, hash_value) in hash_representations() {
+                let what = format!("{file}, {encoding:?}, hashes as {how}");
+                let bytes = batch_bytes(
+                    encoding,
+                    vec![stored_value(&event, encoding, hash_value)],
+                    Some(3),
+                );
+                let batch = decode_batch(&bytes, engine).unwrap_or_else(|e| panic!("{what}: {e}"));
+                let mapped = EventMapper::new(42, MapConfig::default()).map(&batch);
+                assert_eq!(mapped.events.len(), 1, "{what}");
+                assert!(mapped.rejected.is_empty() && mapped.filtered == 0, "{what}");
+                let worker = Worker::new(42, 3);
+
+                for (name, index) in indexes() {
+                    index.apply(&mapped.events[0]).unwrap();
+                    let scores = index.find_matches(&query);
+                    assert_eq!(scores.get(worker), Some(25), "{what}, {name}");
+                    assert_eq!(index.block_count(worker), 25, "{what}, {name}");
+                    // The engine's hashes are the index's seqs: the dump names each of them,
+                    // and removing them by those hashes empties the worker.
+                    let mut seqs: Vec<u64> = index
+                        .dump()
+                        .iter()
+                        .flat_map(|e| match &e.kind {
+                            EventKind::Stored { blocks, .. } => {
+                                blocks.iter().map(|b| b.seq.0).collect()
+                            }
+                            _ => Vec::new(),
+                        })
+                        .collect();
+                    seqs.sort_unstable();
+                    let mut expected = event.block_hashes.clone();
+                    expected.sort_unstable();
+                    assert_eq!(seqs, expected, "{what}, {name}");
+                    if lora.is_some() {
+                        let plain = hash::local_hashes(&event.token_ids, 16);
+                        assert_eq!(
+                            index.find_matches(&plain).get(worker),
+                            None,
+                            "{what}, {name}"
+                        );
+                    }
+                    let removed = flash_indexer::Event {
+                        worker,
+                        event_id: 1,
+                        kind: EventKind::Removed {
+                            blocks: event.block_hashes.iter().map(|&h| SeqHash(h)).collect(),
+                        },
+                    };
+                    index.apply(&removed).unwrap();
+                    assert_eq!(index.block_count(worker), 0, "{what}, {name}");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn positional_and_map_encodings_decode_alike() {
+    let event = real_event("kv_event_base.json");
+    let removed = |encoding| {
+        encode_struct(
+            encoding,
+            Some("BlockRemoved"),
+            vec![
+                (
+                    "block_hashes",
+                    Value::Array(vec![Value::from(event.block_hashes[24])]),
+                ),
+                ("medium", Value::from("GPU")),
+            ],
+        )
+    };
+    let cleared = |encoding| encode_struct(encoding, Some("AllBlocksCleared"), vec![]);
+    let decoded: Vec<KvEventBatch> = [Encoding::Array, Encoding::Map]
+        .map(|encoding| {
+            let events = vec![
+                stored_value(&event, encoding, Value::from),
+                removed(encoding),
+                cleared(encoding),
+            ];
+            decode_batch(&batch_bytes(encoding, events, Some(1)), Engine::Vllm).unwrap()
+        })
+        .into();
+    assert_eq!(decoded[0], decoded[1]);
+    let batch = &decoded[0];
+    assert_eq!(batch.data_parallel_rank, Some(1));
+    assert_eq!(batch.ts, 1.5);
+    assert!(
+        matches!(&batch.events[0], EngineEvent::BlockStored(s) if s.block_hashes.len() == 25 && s.medium.as_deref() == Some("GPU"))
+    );
+    assert!(
+        matches!(&batch.events[1], EngineEvent::BlockRemoved(r) if r.block_hashes == vec![SeqHash(event.block_hashes[24])])
+    );
+    assert_eq!(batch.events[2], EngineEvent::AllBlocksCleared);
+}
+
+#[test]
+fn newer_fields_are_ignored_and_older_events_lack_some() {
+    let tokens: Vec<Value> = (0..16).map(Value::from).collect();
+    // vLLM's newest positional layout: ..., lora_name, extra_keys, group_idx, spec kind, window,
+    // and a field nobody has invented yet.
+    let newest = Value::Array(vec![
+        "BlockStored".into(),
+        Value::Array(vec![7.into()]),
+        Value::Nil,
+        Value::Array(tokens.clone()),
+        16.into(),
+        Value::Nil,
+        "GPU".into(),
+        Value::Nil,
+        Value::Array(vec![Value::Array(vec!["mm".into(), 3.into()])]),
+        2.into(),
+        "full_attention".into(),
+        Value::Nil,
+        Value::Map(vec![("future".into(), true.into())]),
+    ]);
+    // An engine from before `medium` and `lora_name`: six fields.
+    let oldest = Value::Array(vec![
+        "BlockStored".into(),
+        Value::Array(vec![8.into()]),
+        Value::Nil,
+        Value::Array(tokens),
+        16.into(),
+        Value::Nil,
+    ]);
+    let removed_old = Value::Array(vec!["BlockRemoved".into(), Value::Array(vec![8.into()])]);
+    let unknown_array = Value::Array(vec!["BlockMoved".into(), 1.into()]);
+    let unknown_map = Value::Map(vec![("type".into(), "Checkpoint".into())]);
+    let mut bytes = Vec::new();
+    let batch = Value::Array(vec![
+        0.25.into(),
+        Value::Array(vec![
+            newest,
+            oldest,
+            removed_old,
+            unknown_array,
+            unknown_map,
+        ]),
+        Value::Nil,
+        "a field from the future".into(),
+    ]);
+    rmpv::encode::write_value(&mut bytes, &batch).unwrap();
+    let batch = decode_batch(&bytes, Engine::Vllm).unwrap();
+    assert_eq!(batch.unknown_events, 2);
+    assert_eq!(batch.events.len(), 3);
+    let EngineEvent::BlockStored(newest) = &batch.events[0] else {
+        panic!()
+    };
+    assert_eq!(newest.group_idx, Some(2));
+    let EngineEvent::BlockStored(oldest) = &batch.events[1] else {
+        panic!()
+    };
+    assert_eq!(
+        (oldest.medium.as_deref(), oldest.lora_name.as_deref()),
+        (None, None)
+    );
+    let mapped = EventMapper::new(1, MapConfig::default()).map(&batch);
+    assert_eq!(mapped.events.len(), 3, "no medium means GPU");
+}
+
+fn decode_value(value: Value) -> Result<KvEventBatch, DecodeError> {
+    let mut bytes = Vec::new();
+    rmpv::encode::write_value(&mut bytes, &value).unwrap();
+    decode_batch(&bytes, Engine::Vllm)
+}
+
+#[test]
+fn missing_or_mistyped_fields_are_clear_errors() {
+    // A valid first event, so that each case is about the second one.
+    let cleared = || Value::Array(vec!["AllBlocksCleared".into()]);
+    let batch = |event: Value| Value::Array(vec![0.into(), Value::Array(vec![cleared(), event])]);
+    let cases = [
+        (
+            Value::Array(vec![0.into()]),
+            "batch: required field `events` is missing",
+        ),
+        (
+            Value::from("hello"),
+            "batch: expected an array or a map, found the string \"hello\"",
+        ),
+        (
+            Value::Map(vec![("events".into(), Value::Array(vec![]))]),
+            "batch: required field `ts` is missing",
+        ),
+        (
+            batch(Value::Array(vec![
+                "BlockStored".into(),
+                Value::Array(vec![]),
+            ])),
+            "events[1]: required field `parent_block_hash` is missing",
+        ),
+        (
+            batch(Value::Map(vec![(
+                "block_hashes".into(),
+                Value::Array(vec![]),
+            )])),
+            "events[1]: required field `type` is missing",
+        ),
+        (
+            batch(Value::Array(vec![
+                "BlockRemoved".into(),
+                Value::Array(vec![1.into(), Value::Binary(vec![1, 2, 3])]),
+            ])),
+            "events[1].block_hashes[1]: expected a block hash digest of at least 8 bytes, found 3 bytes",
+        ),
+        (
+            batch(Value::Array(vec![
+                "BlockStored".into(),
+                Value::Array(vec![]),
+                Value::Nil,
+                Value::Array(vec![Value::from(-1)]),
+                16.into(),
+            ])),
+            "events[1].token_ids[0]: expected a token id in 0..2^32, found the integer -1",
+        ),
+        (
+            batch(Value::Array(vec![
+                "BlockStored".into(),
+                Value::Array(vec![]),
+                Value::Nil,
+                Value::Array(vec![]),
+                0.into(),
+            ])),
+            "events[1].block_size: expected a block size in 1..2^32, found the integer 0",
+        ),
+        (
+            Value::Array(vec![
+                0.into(),
+                Value::Array(vec![cleared()]),
+                Value::from(-2),
+            ]),
+            "data_parallel_rank: expected an integer in 0..2^32, found the integer -2",
+        ),
+    ];
+    for (value, expected) in cases {
+        assert_eq!(decode_value(value).unwrap_err().to_string(), expected);
+    }
+    assert_eq!(
+        decode_value(Value::Array(vec![0.into(), Value::Array(vec![Value::Nil])]))
+            .unwrap_err()
+            .to_string(),
+        "events[0]: expected an array or a map, found nil"
+    );
+}
+
+#[test]
+fn truncated_trailing_and_deep_input_is_rejected() {
+    let mut bytes = Vec::new();
+    rmpv::encode::write_value(
+        &mut bytes,
+        &Value::Array(vec![
+            0.into(),
+            Value::Array(vec![Value::Array(vec!["AllBlocksCleared".into()])]),
+        ]),
+    )
+    .unwrap();
+    assert!(decode_batch(&bytes, Engine::Vllm).is_ok());
+    for cut in 0..bytes.len() {
+        assert!(
+            matches!(
+                decode_batch(&bytes[..cut], Engine::Vllm),
+                Err(DecodeError::Malformed { .. })
+            ),
+            "cut at {cut}"
+        );
+    }
+    let mut trailing = bytes.clone();
+    trailing.push(0xc0);
+    assert_eq!(
+        decode_batch(&trailing, Engine::Vllm),
+        Err(DecodeError::TrailingBytes { count: 1 })
+    );
+    // 100,000 nested one-element arrays: rejected by the depth cap, not a stack overflow.
+    let deep = vec![0x91; 100_000];
+    assert!(matches!(
+        decode_batch(&deep, Engine::Vllm),
+        Err(DecodeError::Malformed { .. })
+    ));
+}
+
+#[test]
+fn length_prefixes_alone_allocate_nothing_large() {
+    // Arrays, strings and bytes that claim 4 GiB but carry nothing.
+    let liars: [&[u8]; 4] = [
+        b"\xdd\xff\xff\xff\xff",
+        b"\x92\x00\xdd\xff\xff\xff\xff",
+        b"\x92\x00\x91\x92\xdb\xff\xff\xff\xff",
+        b"\x92\x00\x91\x92\xabBlockStored\xc6\xff\xff\xff\xff",
+    ];
+    for bytes in liars {
+        let before = CountingAlloc::live_bytes();
+        CountingAlloc::reset_peak();
+        assert!(decode_batch(bytes, Engine::Vllm).is_err());
+        let peak = CountingAlloc::peak_bytes() - before;
+        // Generous: other tests allocate concurrently; a length-sized buffer would be gigabytes.
+        assert!(peak < 64 << 20, "{bytes:?} allocated {peak} bytes");
+    }
+}
+
+#[test]
+fn mapping_rejects_partial_blocks_and_filters_tiers() {
+    let stored =
+        |tokens: usize, blocks: u64, medium: Option<&str>, lora: (Option<i64>, Option<&str>)| {
+            EngineEvent::BlockStored(BlockStored {
+                block_hashes: (0..blocks).map(|b| SeqHash(100 + b)).collect(),
+                parent_block_hash: None,
+                token_ids: (0..tokens as u32).collect(),
+                block_size: 16,
+                lora_id: lora.0,
+                medium: medium.map(str::to_owned),
+                lora_name: lora.1.map(str::to_owned),
+                group_idx: None,
+            })
+        };
+    let batch = KvEventBatch {
+        ts: 0.0,
+        events: vec![
+            stored(40, 2, Some("GPU"), (None, None)),
+            stored(48, 2, Some("GPU"), (None, None)),
+            stored(32, 2, Some("cpu"), (None, None)),
+            stored(32, 2, Some("gpu"), (Some(3), None)),
+            stored(32, 2, Some("GPU"), (Some(3), Some("adapter"))),
+        ],
+        data_parallel_rank: None,
+        unknown_events: 0,
+    };
+    let mapped = EventMapper::new(5, MapConfig::default()).map(&batch);
+    assert_eq!(
+        mapped.rejected,
+        vec![
+            MapError::PartialBlocks {
+                tokens: 40,
+                blocks: 2,
+                block_size: 16
+            },
+            MapError::PartialBlocks {
+                tokens: 48,
+                blocks: 2,
+                block_size: 16
+            },
+            MapError::LoraWithoutName { lora_id: 3 },
+        ]
+    );
+    assert_eq!(mapped.filtered, 1, "the CPU tier is filtered by default");
+    assert_eq!(mapped.events.len(), 1);
+    assert_eq!(mapped.events[0].worker, Worker::new(5, 0));
+    assert_eq!(
+        mapped.rejected[0].to_string(),
+        "40 tokens are not 2 whole blocks of 16: event rejected"
+    );
+
+    let cpu_too = MapConfig {
+        mediums: vec!["GPU".into(), "CPU".into()],
+        ..MapConfig::default()
+    };
+    let mapped = EventMapper::new(5, cpu_too).map(&batch);
+    assert_eq!((mapped.filtered, mapped.events.len()), (0, 2));
+    let ids: Vec<u64> = mapped.events.iter().map(|e| e.event_id).collect();
+    assert_eq!(ids, vec![0, 1], "event ids are consecutive per worker");
+}
+
+#[test]
+fn restart_clears_every_rank_seen() {
+    let cleared = |rank| KvEventBatch {
+        ts: 0.0,
+        events: vec![EngineEvent::AllBlocksCleared],
+        data_parallel_rank: Some(rank),
+        unknown_events: 0,
+    };
+    let mut mapper = EventMapper::new(9, MapConfig::default());
+    mapper.map(&cleared(0));
+    mapper.map(&cleared(2));
+    let restart: Vec<(Worker, bool)> = mapper
+        .restart()
+        .into_iter()
+        .map(|e| (e.worker, e.kind == EventKind::Cleared))
+        .collect();
+    assert_eq!(
+        restart,
+        vec![(Worker::new(9, 0), true), (Worker::new(9, 2), true)]
+    );
+    assert!(mapper.restart().is_empty());
+}
