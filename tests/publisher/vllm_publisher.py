@@ -1,0 +1,384 @@
+#!/usr/bin/env python3
+"""A stand-in for vLLM engines publishing KV events, for flash-indexer's end-to-end test and its
+router example. Needs `pip install pyzmq msgspec`.
+
+Each pod is one engine with two data-parallel ranks and a small prefix cache. It publishes vLLM's
+KV event batches the way vLLM does: msgspec structs declared with vLLM's field order and options,
+three-frame messages [topic, seq as 8-byte big-endian, payload] on a PUB-compatible socket, and a
+ROUTER replay socket answering [b"", start_seq] with the buffered batches and an end marker
+(seq -1, empty payload). Batches alternate between vLLM's two encodings (positional arrays and
+"type"-tagged maps); block hashes are sent as 32-byte digests, unsigned ints or signed ints.
+
+Options make the faults the subscriber must survive: --gap-every drops live messages (kept for
+replay), --restart-at restarts a pod's engine (new sockets on the same ports, sequence numbers
+from 0, empty cache).
+
+Protocol with the test (stdout, one JSON object per line):
+  {"pods": [{"topic", "events", "replay"}, ...], "sample_query": [...]}   once bound
+  {"done": {"batches": N, "blocks": {"<pod>/<rank>": count, ...}}}        once all is published
+It then keeps answering replay requests until stdin closes (or --serve-seconds pass).
+With --log FILE it writes every batch published, as JSON lines, for the test's reference index.
+"""
+
+import argparse
+import hashlib
+import json
+import random
+import select
+import sys
+import time
+from typing import Any
+
+import msgspec
+import zmq
+
+BLOCK_SIZE = 16
+
+
+# vLLM's declarations (vllm/distributed/kv_events.py): same field order, same options.
+class EventBatch(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
+    ts: float
+    events: list[Any]
+    data_parallel_rank: int | None = None
+
+
+class KVCacheEvent(msgspec.Struct, array_like=True, omit_defaults=True, gc=False, tag=True):
+    """Base class for all KV cache-related events."""
+
+
+class BlockStored(KVCacheEvent):
+    block_hashes: list[bytes | int]
+    parent_block_hash: bytes | int | None
+    token_ids: list[int]
+    block_size: int
+    lora_id: int | None
+    medium: str | None
+    lora_name: str | None
+
+
+class BlockRemoved(KVCacheEvent):
+    block_hashes: list[bytes | int]
+    medium: str | None
+
+
+class AllBlocksCleared(KVCacheEvent):
+    pass
+
+
+class BlockMoved(KVCacheEvent):
+    """An event type from the future: the subscriber must skip it."""
+
+    block_hashes: list[bytes | int]
+
+
+class KVEventBatch(EventBatch):
+    events: list[BlockStored | BlockRemoved | AllBlocksCleared | BlockMoved]
+
+
+# The same structs encoded as maps tagged by "type" (vLLM since mid-2026).
+class MapEventBatch(msgspec.Struct, omit_defaults=True, gc=False):
+    ts: float
+    events: list[Any]
+    data_parallel_rank: int | None = None
+
+
+class MapEvent(msgspec.Struct, omit_defaults=True, gc=False, tag=True):
+    pass
+
+
+class MapBlockStored(MapEvent, tag="BlockStored"):
+    block_hashes: list[bytes | int]
+    parent_block_hash: bytes | int | None
+    token_ids: list[int]
+    block_size: int
+    lora_id: int | None
+    medium: str | None
+    lora_name: str | None
+
+
+class MapBlockRemoved(MapEvent, tag="BlockRemoved"):
+    block_hashes: list[bytes | int]
+    medium: str | None
+
+
+class MapAllBlocksCleared(MapEvent, tag="AllBlocksCleared"):
+    pass
+
+
+class MapBlockMoved(MapEvent, tag="BlockMoved"):
+    block_hashes: list[bytes | int]
+
+
+class MapKVEventBatch(MapEventBatch):
+    events: list[MapBlockStored | MapBlockRemoved | MapAllBlocksCleared | MapBlockMoved]
+
+
+ENCODER = msgspec.msgpack.Encoder()
+
+
+def wire_hash(digest: bytes, rng: random.Random) -> bytes | int:
+    """vLLM sends the digest, or its low 64 bits as an int (unsigned or signed)."""
+    how = rng.randrange(3)
+    if how == 0:
+        return digest
+    low = int.from_bytes(digest[24:], "big")
+    return low if how == 1 else low - (1 << 64) if low >= 1 << 63 else low
+
+
+class Rank:
+    """One data-parallel rank's prefix cache: blocks by digest, evicted least recently used."""
+
+    def __init__(self, capacity: int):
+        self.capacity = capacity
+        self.blocks: dict[bytes, bytes | None] = {}  # digest -> parent digest
+        self.last_used: dict[bytes, int] = {}
+        self.clock = 0
+
+    def children(self, digest: bytes) -> bool:
+        return any(parent == digest for parent in self.blocks.values())
+
+
+class Engine:
+    def __init__(self, pod: int, rng: random.Random, prefixes: list[list[int]], capacity: int):
+        self.pod = pod
+        self.rng = rng
+        self.prefixes = prefixes
+        self.ranks = {rank: Rank(capacity) for rank in (0, 1)}
+
+    def request(self, rank_id: int) -> list[Any]:
+        """Serves one request on a rank: the events it causes, in order."""
+        rank = self.ranks[rank_id]
+        rng = self.rng
+        lora = "alice" if rng.random() < 0.15 else None
+        tokens = list(rng.choice(self.prefixes))
+        tokens += [rng.randrange(50_000) for _ in range(BLOCK_SIZE * rng.randrange(1, 6))]
+        digests, parent = [], None
+        for start in range(0, len(tokens), BLOCK_SIZE):
+            block = tokens[start : start + BLOCK_SIZE]
+            h = hashlib.sha256(parent or b"seed")
+            h.update(b"".join(t.to_bytes(4, "little") for t in block))
+            if lora:
+                h.update(lora.encode())
+            parent = h.digest()
+            digests.append(parent)
+        rank.clock += 1
+        cached = 0
+        while cached < len(digests) and digests[cached] in rank.blocks:
+            rank.last_used[digests[cached]] = rank.clock
+            cached += 1
+        events: list[Any] = []
+        new = digests[cached:]
+        if new:
+            parent = digests[cached - 1] if cached else None
+            for i, digest in enumerate(new):
+                rank.blocks[digest] = digests[cached + i - 1] if cached + i else None
+                rank.last_used[digest] = rank.clock
+            events.append(
+                BlockStored(
+                    block_hashes=[wire_hash(d, rng) for d in new],
+                    parent_block_hash=None if parent is None else wire_hash(parent, rng),
+                    token_ids=tokens[cached * BLOCK_SIZE :],
+                    block_size=BLOCK_SIZE,
+                    lora_id=1 if lora else None,
+                    medium="GPU",
+                    lora_name=lora,
+                )
+            )
+        events += self.evict(rank, keep=set(digests))
+        return events
+
+    def evict(self, rank: Rank, keep: set[bytes]) -> list[Any]:
+        """Evicts least recently used leaves until the rank fits, tail first like vLLM."""
+        evicted = []
+        while len(rank.blocks) > rank.capacity:
+            leaves = [d for d in rank.blocks if d not in keep and not rank.children(d)]
+            if not leaves:
+                break
+            victim = min(leaves, key=lambda d: rank.last_used[d])
+            del rank.blocks[victim]
+            del rank.last_used[victim]
+            evicted.append(victim)
+        if not evicted:
+            return []
+        return [BlockRemoved(block_hashes=[wire_hash(d, self.rng) for d in evicted], medium="GPU")]
+
+    def noise(self) -> list[Any]:
+        """Events the subscriber must leave out: another tier, a future type, a partial block."""
+        rng = self.rng
+        fresh = [rng.randbytes(32) for _ in range(2)]
+        pick = rng.randrange(3)
+        if pick == 0:
+            return [BlockStored(fresh, None, list(range(2 * BLOCK_SIZE)), BLOCK_SIZE, None, "CPU", None)]
+        if pick == 1:
+            return [BlockMoved(block_hashes=fresh)]
+        return [BlockStored(fresh, None, list(range(2 * BLOCK_SIZE - 3)), BLOCK_SIZE, None, "GPU", None)]
+
+    def clear(self, rank_id: int) -> list[Any]:
+        self.ranks[rank_id] = Rank(self.ranks[rank_id].capacity)
+        return [AllBlocksCleared()]
+
+
+def as_map(event: Any) -> Any:
+    kind = {
+        BlockStored: MapBlockStored,
+        BlockRemoved: MapBlockRemoved,
+        AllBlocksCleared: MapAllBlocksCleared,
+        BlockMoved: MapBlockMoved,
+    }[type(event)]
+    return kind(**{f: getattr(event, f) for f in event.__struct_fields__})
+
+
+def encode(events: list[Any], rank: int, use_map: bool) -> bytes:
+    ts = time.time()
+    if use_map:
+        return ENCODER.encode(MapKVEventBatch(ts=ts, events=[as_map(e) for e in events], data_parallel_rank=rank))
+    return ENCODER.encode(KVEventBatch(ts=ts, events=events, data_parallel_rank=rank))
+
+
+class Pod:
+    """One engine's sockets, sequence numbers and replay buffer."""
+
+    def __init__(self, ctx: zmq.Context, index: int, host: str, ports: tuple[int, int] | None, topic_frame: bool):
+        self.ctx, self.index, self.host = ctx, index, host
+        self.topic = f"kv@pod-{index}@test-model".encode()
+        self.topic_frame = topic_frame  # vLLM's replies carry the topic; SGLang's do not
+        self.bind(ports)
+
+    def bind(self, ports: tuple[int, int] | None) -> None:
+        # XPUB is PUB on the wire, and tells us when a subscriber has subscribed.
+        self.pub = self.ctx.socket(zmq.XPUB)
+        self.replay = self.ctx.socket(zmq.ROUTER)
+        for sock in (self.pub, self.replay):
+            sock.setsockopt(zmq.LINGER, 2000)
+        if ports is None:
+            self.ports = (
+                self.pub.bind_to_random_port(f"tcp://{self.host}"),
+                self.replay.bind_to_random_port(f"tcp://{self.host}"),
+            )
+        else:
+            self.pub.bind(f"tcp://{self.host}:{ports[0]}")
+            self.replay.bind(f"tcp://{self.host}:{ports[1]}")
+            self.ports = ports
+        self.seq = 0
+        self.buffer: list[tuple[int, bytes]] = []
+
+    def wait_subscribed(self, timeout: float) -> None:
+        if not self.pub.poll(int(timeout * 1000)):
+            sys.exit(f"pod {self.index}: nobody subscribed within {timeout} s")
+        self.pub.recv()
+
+    def publish(self, payload: bytes, drop: bool) -> int:
+        seq = self.seq
+        self.seq += 1
+        self.buffer.append((seq, payload))
+        if not drop:
+            self.pub.send_multipart([self.topic, seq.to_bytes(8, "big"), payload])
+        return seq
+
+    def serve_replay(self) -> None:
+        while self.replay.poll(0):
+            frames = self.replay.recv_multipart()
+            if len(frames) != 3:
+                continue
+            client, _, start = frames
+            start = int.from_bytes(start, "big")
+            head = [client, b""] + ([self.topic] if self.topic_frame else [])
+            for seq, payload in self.buffer:
+                if seq >= start:
+                    self.replay.send_multipart(head + [seq.to_bytes(8, "big"), payload])
+            end = [client, b""] + ([b""] if self.topic_frame else [])
+            self.replay.send_multipart(end + [(-1).to_bytes(8, "big", signed=True), b""])
+
+    def restart(self) -> None:
+        self.pub.close()
+        self.replay.close()
+        time.sleep(0.2)
+        self.bind(self.ports)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--pods", type=int, default=2)
+    parser.add_argument("--batches", type=int, default=200, help="batches per pod")
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port-base", type=int, help="pod i binds PORT+2i (events) and PORT+2i+1 (replay)")
+    parser.add_argument("--capacity", type=int, default=40, help="blocks per rank")
+    parser.add_argument("--gap-every", type=int, default=0, help="drop every Nth live message (kept for replay)")
+    parser.add_argument("--restart-at", type=int, default=0, help="restart every odd pod's engine after this many batches")
+    parser.add_argument("--interval", type=float, default=0.001, help="seconds between batches")
+    parser.add_argument("--serve-seconds", type=float, default=60.0)
+    parser.add_argument("--log", help="write every batch published here, as JSON lines")
+    args = parser.parse_args()
+
+    rng = random.Random(args.seed)
+    prefixes = [[rng.randrange(50_000) for _ in range(BLOCK_SIZE * rng.randrange(1, 8))] for _ in range(6)]
+    ctx = zmq.Context()
+    pods = []
+    for i in range(args.pods):
+        ports = None if args.port_base is None else (args.port_base + 2 * i, args.port_base + 2 * i + 1)
+        pods.append(Pod(ctx, i, args.host, ports, topic_frame=i % 2 == 0))
+    engines = [Engine(i, random.Random(args.seed * 1000 + i), prefixes, args.capacity) for i in range(args.pods)]
+    print(
+        json.dumps(
+            {
+                "pods": [
+                    {
+                        "topic": p.topic.decode(),
+                        "events": f"tcp://{args.host}:{p.ports[0]}",
+                        "replay": f"tcp://{args.host}:{p.ports[1]}",
+                    }
+                    for p in pods
+                ],
+                "sample_query": prefixes[0],
+            }
+        ),
+        flush=True,
+    )
+    for pod in pods:
+        pod.wait_subscribed(timeout=60)
+    log = open(args.log, "w") if args.log else None
+
+    def record(pod: Pod, seq: int, payload: bytes, restart: bool) -> None:
+        if log:
+            log.write(json.dumps({"pod": pod.index, "seq": seq, "restart": restart, "payload": payload.hex()}) + "\n")
+
+    published = 0
+    for step in range(args.batches):
+        for pod, engine in zip(pods, engines):
+            restart = bool(args.restart_at) and step == args.restart_at and pod.index % 2 == 1
+            if restart:
+                pod.restart()
+                engines[pod.index] = engine = Engine(pod.index, engine.rng, prefixes, args.capacity)
+                pod.wait_subscribed(timeout=60)
+            rank = engine.rng.randrange(2)
+            roll = engine.rng.random()
+            if roll < 0.01:
+                events = engine.clear(rank)
+            else:
+                events = engine.request(rank)
+                if roll > 0.9:
+                    events += engine.noise()
+            payload = encode(events, rank, use_map=step % 2 == 1)
+            drop = bool(args.gap_every) and pod.seq % args.gap_every == args.gap_every - 1
+            seq = pod.publish(payload, drop)
+            record(pod, seq, payload, restart)
+            published += 1
+            pod.serve_replay()
+        time.sleep(args.interval)
+    if log:
+        log.close()
+    blocks = {f"{e.pod}/{r}": len(rank.blocks) for e in engines for r, rank in e.ranks.items()}
+    print(json.dumps({"done": {"batches": published, "blocks": blocks}}), flush=True)
+
+    deadline = time.time() + args.serve_seconds
+    while time.time() < deadline:
+        for pod in pods:
+            pod.serve_replay()
+        ready, _, _ = select.select([sys.stdin], [], [], 0.01)
+        if ready and not sys.stdin.read(1):
+            break  # stdin closed: the test is done
+
+
+if __name__ == "__main__":
+    main()
