@@ -541,3 +541,22 @@ fn restart_clears_every_rank_seen() {
     );
     assert!(mapper.restart().is_empty());
 }
+
+#[test]
+fn committed_decode_corpus_and_regressions_run_clean() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz");
+    let mut inputs = 0;
+    for dir in ["corpus/decode", "regressions/decode"] {
+        let Ok(entries) = std::fs::read_dir(root.join(dir)) else {
+            continue;
+        };
+        for path in entries.filter_map(Result::ok).map(|e| e.path()) {
+            let data = std::fs::read(&path).unwrap();
+            if let Err(divergence) = flash_indexer::testing::run_decode_input(&data) {
+                panic!("{}: {divergence}", path.display());
+            }
+            inputs += 1;
+        }
+    }
+    assert!(inputs > 0, "the committed decode corpus is missing");
+}

@@ -38,3 +38,41 @@ pub fn run_fuzz_input(data: &[u8]) -> Result<(), String> {
     }
     Ok(())
 }
+
+/// Runs one input of the `decode` fuzz target: the bytes go through the ingest decoder (both
+/// engines' conventions) and, if they decode, the mapper; the events are applied to the reference
+/// and every enabled layout, which must answer alike. `Err` says where they differed. Panics
+/// (and allocations out of proportion, under `-malloc_limit_mb`) are the fuzzer's to catch.
+#[cfg(all(feature = "vllm", not(loom)))]
+pub fn run_decode_input(data: &[u8]) -> Result<(), String> {
+    use crate::ingest::{Engine, EventMapper, MapConfig, decode_batch};
+    use crate::{KvIndex, NaiveIndexer};
+
+    for engine in [Engine::Vllm, Engine::Sglang] {
+        let Ok(batch) = decode_batch(data, engine) else {
+            continue;
+        };
+        let mapped = EventMapper::new(1, MapConfig::default()).map(&batch);
+        let naive = NaiveIndexer::default();
+        let layouts: Vec<_> = layouts::enabled()
+            .iter()
+            .map(|l| (l.name, (l.make)()))
+            .collect();
+        for event in &mapped.events {
+            let expected = naive.apply(event);
+            for (name, index) in &layouts {
+                let got = index.apply(event);
+                if got != expected {
+                    return Err(format!(
+                        "{name}: {event:?} gave {got:?}, reference {expected:?}"
+                    ));
+                }
+                let worker = event.worker;
+                if index.block_count(worker) != naive.block_count(worker) {
+                    return Err(format!("{name}: block count of {worker:?} after {event:?}"));
+                }
+            }
+        }
+    }
+    Ok(())
+}

@@ -29,6 +29,8 @@ mod universe;
 #[cfg(not(loom))]
 pub use alloc::{CountingAlloc, collect_garbage};
 pub use check::{Divergence, Op, check_ops};
+#[cfg(all(feature = "arbitrary", feature = "vllm", not(loom)))]
+pub use fuzz_input::run_decode_input;
 #[cfg(feature = "arbitrary")]
 pub use fuzz_input::{MAX_FUZZ_STEPS, decode_fuzz_input, run_fuzz_input};
 pub use runner::{
