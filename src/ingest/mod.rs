@@ -14,29 +14,8 @@
 //!   engine's replay socket and restart detection, feeding a
 //!   [`WriterPool`](crate::pool::WriterPool).
 //!
-//! # Example
-//!
-//! A router over two engines, answering "best worker for these tokens":
-//!
-//! ```no_run
-//! use std::sync::Arc;
-//! use flash_indexer::ingest::{EngineEndpoint, Subscriber, SubscriberConfig};
-//! use flash_indexer::pool::{PoolConfig, WriterPool};
-//! use flash_indexer::{hash, DefaultIndexer};
-//!
-//! let pool = Arc::new(WriterPool::new(Arc::new(DefaultIndexer::default()), PoolConfig::default()));
-//! let engines = ["10.0.0.5", "10.0.0.6"]
-//!     .map(|host| EngineEndpoint::new(format!("tcp://{host}:5557")).with_replay(format!("tcp://{host}:5558")));
-//! // Topics are `kv@<pod>@<model>`; pods here are named `worker-<id>`.
-//! let resolver = |topic: &flash_indexer::ingest::Topic<'_>| topic.pod.strip_prefix("worker-")?.parse().ok();
-//! let _subscriber = Subscriber::spawn(Arc::clone(&pool), engines, resolver, SubscriberConfig::default())?;
-//!
-//! let tokens: Vec<u32> = (0..512).collect();
-//! let scores = pool.find_matches(&hash::local_hashes(&tokens, 16));
-//! let best = scores.best();
-//! # let _ = best;
-//! # Ok::<(), flash_indexer::ingest::IngestError>(())
-//! ```
+//! [`Subscriber`]'s docs show the wiring; `examples/router.rs` is a whole router over it, and
+//! `tests/publisher/vllm_publisher.py` a stand-in for vLLM engines to run it against.
 
 mod decode;
 mod map;
