@@ -517,6 +517,19 @@ fn mapping_rejects_partial_blocks_and_filters_tiers() {
     assert_eq!((mapped.filtered, mapped.events.len()), (0, 2));
     let ids: Vec<u64> = mapped.events.iter().map(|e| e.event_id).collect();
     assert_eq!(ids, vec![0, 1], "event ids are consecutive per worker");
+
+    let cpu_only = MapConfig {
+        mediums: vec!["CPU".into()],
+        ..MapConfig::default()
+    };
+    let clear = KvEventBatch {
+        ts: 0.0,
+        events: vec![EngineEvent::AllBlocksCleared],
+        data_parallel_rank: None,
+        unknown_events: 0,
+    };
+    let mapped = EventMapper::new(5, cpu_only).map(&clear);
+    assert_eq!(mapped.events.len(), 1, "a clear is never filtered by tier");
 }
 
 #[test]

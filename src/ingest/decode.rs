@@ -315,7 +315,14 @@ impl Decoder {
                     required(&fields, 3, "block_size", loc)?,
                     Loc::Field(&loc, "block_size"),
                 )?,
-                lora_id: optional_i64(&fields, 4, "lora_id", loc)?,
+                lora_id: optional_with(
+                    &fields,
+                    4,
+                    "lora_id",
+                    loc,
+                    "a 64-bit signed integer",
+                    |v| integer(v)?.as_i64(),
+                )?,
                 medium: optional_string(&fields, 5, "medium", loc)?,
                 lora_name: optional_string(&fields, 6, "lora_name", loc)?,
                 // Position 7 is `extra_keys`, which the index has no use for.
@@ -382,34 +389,27 @@ fn optional<'v, 'a>(fields: &Fields<'v, 'a>, pos: usize, name: &str) -> Option<&
         .filter(|v| !matches!(v, ValueRef::Nil))
 }
 
+/// An optional field converted by `convert`; a value it refuses is an error naming `expected`.
+fn optional_with<T>(
+    fields: &Fields<'_, '_>,
+    pos: usize,
+    name: &'static str,
+    loc: Loc<'_>,
+    expected: &'static str,
+    convert: impl Fn(&ValueRef<'_>) -> Option<T>,
+) -> Result<Option<T>, DecodeError> {
+    optional(fields, pos, name)
+        .map(|v| convert(v).ok_or_else(|| invalid(Loc::Field(&loc, name), expected, v)))
+        .transpose()
+}
+
 fn optional_u32(
     fields: &Fields<'_, '_>,
     pos: usize,
     name: &'static str,
     loc: Loc<'_>,
 ) -> Result<Option<u32>, DecodeError> {
-    optional(fields, pos, name)
-        .map(|v| {
-            v.as_u64()
-                .and_then(|u| u32::try_from(u).ok())
-                .ok_or_else(|| invalid(Loc::Field(&loc, name), "an integer in 0..2^32", v))
-        })
-        .transpose()
-}
-
-fn optional_i64(
-    fields: &Fields<'_, '_>,
-    pos: usize,
-    name: &'static str,
-    loc: Loc<'_>,
-) -> Result<Option<i64>, DecodeError> {
-    optional(fields, pos, name)
-        .map(|v| {
-            integer(v)
-                .and_then(|i| i.as_i64())
-                .ok_or_else(|| invalid(Loc::Field(&loc, name), "a 64-bit signed integer", v))
-        })
-        .transpose()
+    optional_with(fields, pos, name, loc, "an integer in 0..2^32", as_u32)
 }
 
 fn optional_string(
@@ -418,15 +418,14 @@ fn optional_string(
     name: &'static str,
     loc: Loc<'_>,
 ) -> Result<Option<String>, DecodeError> {
-    optional(fields, pos, name)
-        .map(|v| match v {
-            ValueRef::String(s) => s
-                .as_str()
-                .map(str::to_owned)
-                .ok_or_else(|| invalid(Loc::Field(&loc, name), "a UTF-8 string", v)),
-            other => Err(invalid(Loc::Field(&loc, name), "a string", other)),
-        })
-        .transpose()
+    optional_with(fields, pos, name, loc, "a UTF-8 string", |v| match v {
+        ValueRef::String(s) => s.as_str().map(str::to_owned),
+        _ => None,
+    })
+}
+
+fn as_u32(value: &ValueRef<'_>) -> Option<u32> {
+    value.as_u64().and_then(|u| u32::try_from(u).ok())
 }
 
 fn integer(value: &ValueRef<'_>) -> Option<rmpv::Integer> {
@@ -444,17 +443,13 @@ fn tokens(value: &ValueRef<'_>, loc: Loc<'_>) -> Result<Vec<u32>, DecodeError> {
         .iter()
         .enumerate()
         .map(|(i, v)| {
-            v.as_u64()
-                .and_then(|u| u32::try_from(u).ok())
-                .ok_or_else(|| invalid(Loc::Index(&loc, i), "a token id in 0..2^32", v))
+            as_u32(v).ok_or_else(|| invalid(Loc::Index(&loc, i), "a token id in 0..2^32", v))
         })
         .collect()
 }
 
 fn block_size(value: &ValueRef<'_>, loc: Loc<'_>) -> Result<u32, DecodeError> {
-    value
-        .as_u64()
-        .and_then(|u| u32::try_from(u).ok())
+    as_u32(value)
         .filter(|&size| size > 0)
         .ok_or_else(|| invalid(loc, "a block size in 1..2^32", value))
 }

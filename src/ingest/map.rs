@@ -162,35 +162,29 @@ impl EventMapper {
         let worker = Worker::new(self.worker_id, batch.data_parallel_rank.unwrap_or(0));
         let mut mapped = Mapped::default();
         for event in &batch.events {
+            // A clear applies to whatever the index holds of the worker, whatever its tier.
+            let tier = match event {
+                EngineEvent::BlockStored(e) => Some((e.medium.as_deref(), e.group_idx)),
+                EngineEvent::BlockRemoved(e) => Some((e.medium.as_deref(), e.group_idx)),
+                EngineEvent::AllBlocksCleared => None,
+            };
+            if let Some((medium, group)) = tier
+                && !self.config.keeps(medium, group)
+            {
+                mapped.filtered += 1;
+                continue;
+            }
             let kind = match event {
-                EngineEvent::BlockStored(stored) => {
-                    if !self
-                        .config
-                        .keeps(stored.medium.as_deref(), stored.group_idx)
-                    {
-                        mapped.filtered += 1;
+                EngineEvent::BlockStored(stored) => match stored_kind(stored) {
+                    Ok(kind) => kind,
+                    Err(error) => {
+                        mapped.rejected.push(error);
                         continue;
                     }
-                    match stored_kind(stored) {
-                        Ok(kind) => kind,
-                        Err(error) => {
-                            mapped.rejected.push(error);
-                            continue;
-                        }
-                    }
-                }
-                EngineEvent::BlockRemoved(removed) => {
-                    if !self
-                        .config
-                        .keeps(removed.medium.as_deref(), removed.group_idx)
-                    {
-                        mapped.filtered += 1;
-                        continue;
-                    }
-                    EventKind::Removed {
-                        blocks: removed.block_hashes.clone(),
-                    }
-                }
+                },
+                EngineEvent::BlockRemoved(removed) => EventKind::Removed {
+                    blocks: removed.block_hashes.clone(),
+                },
                 EngineEvent::AllBlocksCleared => EventKind::Cleared,
             };
             mapped.events.push(self.event(worker, kind));
