@@ -1,7 +1,7 @@
 //! End to end over real ZeroMQ (feature `vllm`): a Python publisher declares vLLM's msgspec
 //! structs and publishes batches in both encodings on loopback, drops messages (recovered
-//! through replay) and restarts an engine; the subscriber's index must end up exactly equal to
-//! `NaiveIndexer` fed the same batches, for every layout.
+//! through replay) and restarts an engine, while a third engine never comes up; the subscriber's
+//! index must end up exactly equal to `NaiveIndexer` fed the same batches, for every layout.
 //!
 //! Needs `python3` with `pyzmq` and `msgspec` (`pip install pyzmq msgspec`), so it is ignored by
 //! default; `.ci/run` installs both and runs it with `--ignored`.
@@ -175,10 +175,19 @@ fn subscriber_index_equals_reference_after_gaps_and_a_restart() {
 
         let index: Arc<dyn KvIndex> = Arc::from((factory.make)());
         let pool = Arc::new(WriterPool::new(Arc::clone(&index), PoolConfig::default()));
-        let engines = endpoints.iter().map(|p| {
-            EngineEndpoint::new(p["events"].as_str().unwrap())
-                .with_replay(p["replay"].as_str().unwrap())
-        });
+        // Plus an engine that never comes up: it must hold up nobody.
+        let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let silent_port = silent.local_addr().unwrap().port();
+        drop(silent);
+        let engines = endpoints
+            .iter()
+            .map(|p| {
+                EngineEndpoint::new(p["events"].as_str().unwrap())
+                    .with_replay(p["replay"].as_str().unwrap())
+            })
+            .chain([EngineEndpoint::new(format!(
+                "tcp://127.0.0.1:{silent_port}"
+            ))]);
         let subscriber = Subscriber::spawn(
             Arc::clone(&pool),
             engines,
