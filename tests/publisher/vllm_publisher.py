@@ -75,43 +75,17 @@ class KVEventBatch(EventBatch):
     events: list[BlockStored | BlockRemoved | AllBlocksCleared | BlockMoved]
 
 
-# The same structs encoded as maps tagged by "type" (vLLM since mid-2026).
-class MapEventBatch(msgspec.Struct, omit_defaults=True, gc=False):
-    ts: float
-    events: list[Any]
-    data_parallel_rank: int | None = None
+def map_struct(cls: type) -> type:
+    """The same struct encoded as a map, tagged by "type" (vLLM since mid-2026): vLLM's fields,
+    order, defaults and options, without array_like."""
+    fields = [
+        (f.name, f.type) if f.required else (f.name, f.type, f.default) for f in msgspec.structs.fields(cls)
+    ]
+    tag = cls.__struct_config__.tag
+    return msgspec.defstruct(cls.__name__, fields, omit_defaults=True, gc=False, tag=tag or None)
 
 
-class MapEvent(msgspec.Struct, omit_defaults=True, gc=False, tag=True):
-    pass
-
-
-class MapBlockStored(MapEvent, tag="BlockStored"):
-    block_hashes: list[bytes | int]
-    parent_block_hash: bytes | int | None
-    token_ids: list[int]
-    block_size: int
-    lora_id: int | None
-    medium: str | None
-    lora_name: str | None
-
-
-class MapBlockRemoved(MapEvent, tag="BlockRemoved"):
-    block_hashes: list[bytes | int]
-    medium: str | None
-
-
-class MapAllBlocksCleared(MapEvent, tag="AllBlocksCleared"):
-    pass
-
-
-class MapBlockMoved(MapEvent, tag="BlockMoved"):
-    block_hashes: list[bytes | int]
-
-
-class MapKVEventBatch(MapEventBatch):
-    events: list[MapBlockStored | MapBlockRemoved | MapAllBlocksCleared | MapBlockMoved]
-
+MAP_STRUCTS = {cls: map_struct(cls) for cls in (KVEventBatch, BlockStored, BlockRemoved, AllBlocksCleared, BlockMoved)}
 
 ENCODER = msgspec.msgpack.Encoder()
 
@@ -218,21 +192,15 @@ class Engine:
         return [AllBlocksCleared()]
 
 
-def as_map(event: Any) -> Any:
-    kind = {
-        BlockStored: MapBlockStored,
-        BlockRemoved: MapBlockRemoved,
-        AllBlocksCleared: MapAllBlocksCleared,
-        BlockMoved: MapBlockMoved,
-    }[type(event)]
-    return kind(**{f: getattr(event, f) for f in event.__struct_fields__})
+def as_map(struct: Any) -> Any:
+    return MAP_STRUCTS[type(struct)](**msgspec.structs.asdict(struct))
 
 
 def encode(events: list[Any], rank: int, use_map: bool) -> bytes:
-    ts = time.time()
     if use_map:
-        return ENCODER.encode(MapKVEventBatch(ts=ts, events=[as_map(e) for e in events], data_parallel_rank=rank))
-    return ENCODER.encode(KVEventBatch(ts=ts, events=events, data_parallel_rank=rank))
+        events = [as_map(e) for e in events]
+    batch = KVEventBatch(ts=time.time(), events=events, data_parallel_rank=rank)
+    return ENCODER.encode(as_map(batch) if use_map else batch)
 
 
 class Pod:
