@@ -22,9 +22,8 @@ use crate::latch::Latch;
 use crate::scores::OverlapScores;
 use crate::sync::Arc;
 use crate::sync::atomic::{AtomicU64, Ordering};
-use crate::types::{Event, EventKind, LocalHash, Worker};
+use crate::types::{Event, LocalHash, Worker};
 use core::fmt;
-use std::collections::HashMap;
 use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel}; // sync-shim: the pool is not built under loom; its latch is modelled
 use std::thread::JoinHandle;
 
@@ -82,12 +81,6 @@ pub struct PoolStats {
     pub rejected_invalid_sequence: u64,
     /// Events rejected with [`EventError::Conflict`].
     pub rejected_conflict: u64,
-    /// Times a worker's event id jumped ahead (events were lost upstream). Applied anyway.
-    pub gaps: u64,
-    /// Event ids skipped over by those gaps.
-    pub missed_events: u64,
-    /// Events whose id was not newer than the last one of their worker: skipped, not applied.
-    pub duplicates: u64,
 }
 
 impl PoolStats {
@@ -104,9 +97,6 @@ struct Counters {
     rejected_unknown_parent: AtomicU64,
     rejected_invalid_sequence: AtomicU64,
     rejected_conflict: AtomicU64,
-    gaps: AtomicU64,
-    missed_events: AtomicU64,
-    duplicates: AtomicU64,
 }
 
 impl Counters {
@@ -135,9 +125,12 @@ enum Msg {
 /// pressure: the wait lasts until its writer has applied one event);
 /// [`try_submit`](Self::try_submit) never waits and hands the event back instead.
 ///
-/// Event ids are checked per worker: an id more than one past the last is counted as a gap and
-/// applied; an id not newer than the last is counted as a duplicate and skipped (an engine that
-/// restarts its numbering must clear the worker first: `Cleared` and worker removal reset it).
+/// The pool keeps no state per worker and does not interpret event ids: every event is applied,
+/// in submission order per worker id. Ids far ahead or behind mean nothing here; sequence
+/// numbers are checked in one place, by whoever knows what they number (the
+/// [`ingest`](crate::ingest) subscriber checks the engine's, repairs gaps and resynchronizes).
+/// So a million workers that come and go leave nothing behind in the pool, and no wild id can
+/// make it drop later events.
 ///
 /// Dropping the pool applies every queued event, then joins the threads.
 pub struct WriterPool<I: KvIndex + ?Sized + 'static> {
@@ -239,9 +232,6 @@ impl<I: KvIndex + ?Sized + 'static> WriterPool<I> {
             rejected_unknown_parent: get(&c.rejected_unknown_parent),
             rejected_invalid_sequence: get(&c.rejected_invalid_sequence),
             rejected_conflict: get(&c.rejected_conflict),
-            gaps: get(&c.gaps),
-            missed_events: get(&c.missed_events),
-            duplicates: get(&c.duplicates),
         }
     }
 
@@ -270,37 +260,11 @@ impl<I: KvIndex + ?Sized + 'static> fmt::Debug for WriterPool<I> {
 }
 
 fn writer_loop<I: KvIndex + ?Sized>(index: &I, counters: &Counters, queue: Receiver<Msg>) {
-    // The next event id expected of each worker this thread owns.
-    let mut next_id: HashMap<Worker, u64> = HashMap::new();
     for msg in queue {
         match msg {
-            Msg::Event(event) => {
-                if let Some(&expected) = next_id.get(&event.worker) {
-                    if event.event_id < expected {
-                        counters.duplicates.fetch_add(1, Ordering::Relaxed);
-                        continue;
-                    }
-                    if event.event_id > expected {
-                        counters.gaps.fetch_add(1, Ordering::Relaxed);
-                        counters
-                            .missed_events
-                            .fetch_add(event.event_id - expected, Ordering::Relaxed);
-                    }
-                }
-                next_id.insert(event.worker, event.event_id.saturating_add(1));
-                counters.count(&index.apply(&event));
-                if matches!(event.kind, EventKind::Cleared) {
-                    next_id.remove(&event.worker);
-                }
-            }
-            Msg::RemoveWorker(id) => {
-                index.remove_worker(id);
-                next_id.retain(|w, _| w.id != id);
-            }
-            Msg::RemoveWorkerDpRank(worker) => {
-                index.remove_worker_dp_rank(worker);
-                next_id.remove(&worker);
-            }
+            Msg::Event(event) => counters.count(&index.apply(&event)),
+            Msg::RemoveWorker(id) => index.remove_worker(id),
+            Msg::RemoveWorkerDpRank(worker) => index.remove_worker_dp_rank(worker),
             Msg::Flush(latch) => latch.count_down(),
         }
     }
