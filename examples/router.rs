@@ -5,9 +5,13 @@
 //! cargo run --release --features vllm --example router -- [--block-size 16] [--lora NAME] ENGINE...
 //! ```
 //!
-//! Each `ENGINE` is the engine's event socket, optionally `+` its replay socket:
-//! `tcp://10.0.0.5:5557+tcp://10.0.0.5:5558`. Then type queries on stdin, one per line: token
-//! ids separated by spaces or commas (a JSON array works too). At the end of input it prints the
+//! Each `ENGINE` is `[ID=]EVENTS[+REPLAY]`: the engine's event socket (`tcp://` or `ipc://`),
+//! optionally `+` its replay socket, optionally preceded by the worker id its events belong to:
+//! `3=tcp://10.0.0.5:5557+tcp://10.0.0.5:5558`. Without an id, the worker is named after the
+//! pod in the message topic (`kv@<pod>@<model>`); vLLM's and SGLang's default topic is empty, so
+//! give ids for them. `--bind ADDR` also listens on ADDR for engines that connect out (they must
+//! publish `kv@<pod>@<model>` topics). Then type queries on stdin, one per line: token ids
+//! separated by spaces or commas (a JSON array works too). At the end of input it prints the
 //! subscriber's counters.
 //!
 //! Against the test publisher (two engines with two data-parallel ranks each):
@@ -52,20 +56,38 @@ fn parse_args() -> Result<Args, String> {
                     .ok_or(format!("--block-size: {value:?} is not a positive number"))?;
             }
             "--lora" => args.lora = Some(argv.next().ok_or("--lora needs a name")?),
-            "-h" | "--help" => return Err(String::new()),
-            engine => {
-                let endpoint = match engine.split_once('+') {
-                    Some((events, replay)) => EngineEndpoint::new(events).with_replay(replay),
-                    None => EngineEndpoint::new(engine),
-                };
-                args.engines.push(endpoint);
+            "--bind" => {
+                let address = argv.next().ok_or("--bind needs an address")?;
+                args.engines.push(EngineEndpoint::bind(address));
             }
+            "-h" | "--help" => return Err(String::new()),
+            engine => args.engines.push(parse_engine(engine)?),
         }
     }
     if args.engines.is_empty() {
         return Err("name at least one engine".into());
     }
     Ok(args)
+}
+
+fn parse_engine(engine: &str) -> Result<EngineEndpoint, String> {
+    let (worker, sockets) = match engine.split_once('=') {
+        Some((id, sockets)) => {
+            let id = id
+                .parse()
+                .map_err(|_| format!("{id:?} is not a worker id"))?;
+            (Some(id), sockets)
+        }
+        None => (None, engine),
+    };
+    let endpoint = match sockets.split_once('+') {
+        Some((events, replay)) => EngineEndpoint::new(events).with_replay(replay),
+        None => EngineEndpoint::new(sockets),
+    };
+    Ok(match worker {
+        Some(id) => endpoint.with_worker(id),
+        None => endpoint,
+    })
 }
 
 fn parse_tokens(line: &str) -> Result<Vec<u32>, String> {
@@ -83,26 +105,33 @@ fn main() {
                 eprintln!("router: {problem}");
             }
             eprintln!(
-                "usage: router [--block-size N] [--lora NAME] EVENTS_ENDPOINT[+REPLAY_ENDPOINT]..."
+                "usage: router [--block-size N] [--lora NAME] [--bind ADDR] [ID=]EVENTS_ENDPOINT[+REPLAY_ENDPOINT]..."
             );
             std::process::exit(2);
         }
     };
 
-    // Worker ids are handed out per pod name, in the order pods are first heard from.
+    // Engines without an id: worker ids are handed out per pod name, in the order pods are
+    // first heard from, after the largest id given on the command line.
+    let first_free = args
+        .engines
+        .iter()
+        .filter_map(|e| e.worker)
+        .max()
+        .map_or(0, |id| id + 1);
     let pods: Arc<Mutex<HashMap<String, u64>>> = Arc::default();
     let resolver = {
         let pods = Arc::clone(&pods);
         move |topic: &Topic<'_>| {
             let mut pods = pods.lock().unwrap();
-            let next = pods.len() as u64;
+            let next = first_free + pods.len() as u64;
             Some(*pods.entry(topic.pod.to_owned()).or_insert(next))
         }
     };
 
     let index = Arc::new(DefaultIndexer::default());
     let pool = Arc::new(WriterPool::new(index, PoolConfig::default()));
-    let subscriber = Subscriber::spawn(
+    let subscriber = Subscriber::spawn_with_resolver(
         Arc::clone(&pool),
         args.engines,
         resolver,

@@ -2,8 +2,8 @@
 //! `../shared/testdata/vllm/`, both encodings, every hash representation, and bad input.
 
 use flash_indexer::ingest::{
-    BlockStored, DecodeError, Engine, EngineEvent, EventMapper, KvEventBatch, MapConfig, MapError,
-    decode_batch,
+    BlockStored, DecodeError, DpRank, Engine, EngineEvent, EventMapper, KvEventBatch, MapConfig,
+    MapError, decode_batch,
 };
 use flash_indexer::layouts;
 use flash_indexer::testing::CountingAlloc;
@@ -165,7 +165,7 @@ fn real_vllm_events_carry_engine_hashes_and_score_every_block() {
                     Some(3),
                 );
                 let batch = decode_batch(&bytes, engine).unwrap_or_else(|e| panic!("{what}: {e}"));
-                let mapped = EventMapper::new(42, MapConfig::default()).map(&batch);
+                let mapped = EventMapper::new(42, MapConfig::default()).map(&batch, 0);
                 assert_eq!(mapped.events.len(), 1, "{what}");
                 assert!(mapped.rejected.is_empty() && mapped.filtered == 0, "{what}");
                 let worker = Worker::new(42, 3);
@@ -314,7 +314,7 @@ fn newer_fields_are_ignored_and_older_events_lack_some() {
         (oldest.medium.as_deref(), oldest.lora_name.as_deref()),
         (None, None)
     );
-    let mapped = EventMapper::new(1, MapConfig::default()).map(&batch);
+    let mapped = EventMapper::new(1, MapConfig::default()).map(&batch, 0);
     assert_eq!(mapped.events.len(), 3, "no medium means GPU");
 }
 
@@ -484,7 +484,7 @@ fn mapping_rejects_partial_blocks_and_filters_tiers() {
         data_parallel_rank: None,
         unknown_events: 0,
     };
-    let mapped = EventMapper::new(5, MapConfig::default()).map(&batch);
+    let mapped = EventMapper::new(5, MapConfig::default()).map(&batch, 0);
     assert_eq!(
         mapped.rejected,
         vec![
@@ -513,10 +513,14 @@ fn mapping_rejects_partial_blocks_and_filters_tiers() {
         mediums: vec!["GPU".into(), "CPU".into()],
         ..MapConfig::default()
     };
-    let mapped = EventMapper::new(5, cpu_too).map(&batch);
+    let mapped = EventMapper::new(5, cpu_too).map(&batch, 77);
     assert_eq!((mapped.filtered, mapped.events.len()), (0, 2));
     let ids: Vec<u64> = mapped.events.iter().map(|e| e.event_id).collect();
-    assert_eq!(ids, vec![0, 1], "event ids are consecutive per worker");
+    assert_eq!(
+        ids,
+        vec![77, 77],
+        "every event carries its batch's sequence number"
+    );
 
     let cpu_only = MapConfig {
         mediums: vec!["CPU".into()],
@@ -528,31 +532,32 @@ fn mapping_rejects_partial_blocks_and_filters_tiers() {
         data_parallel_rank: None,
         unknown_events: 0,
     };
-    let mapped = EventMapper::new(5, cpu_only).map(&clear);
+    let mapped = EventMapper::new(5, cpu_only).map(&clear, 0);
     assert_eq!(mapped.events.len(), 1, "a clear is never filtered by tier");
 }
 
 #[test]
-fn restart_clears_every_rank_seen() {
+fn ranks_come_from_the_batch_or_are_fixed() {
     let cleared = |rank| KvEventBatch {
         ts: 0.0,
         events: vec![EngineEvent::AllBlocksCleared],
-        data_parallel_rank: Some(rank),
+        data_parallel_rank: rank,
         unknown_events: 0,
     };
-    let mut mapper = EventMapper::new(9, MapConfig::default());
-    mapper.map(&cleared(0));
-    mapper.map(&cleared(2));
-    let restart: Vec<(Worker, bool)> = mapper
-        .restart()
-        .into_iter()
-        .map(|e| (e.worker, e.kind == EventKind::Cleared))
-        .collect();
+    let from_batch = EventMapper::new(9, MapConfig::default());
     assert_eq!(
-        restart,
-        vec![(Worker::new(9, 0), true), (Worker::new(9, 2), true)]
+        from_batch.map(&cleared(Some(2)), 0).events[0].worker,
+        Worker::new(9, 2)
     );
-    assert!(mapper.restart().is_empty());
+    assert_eq!(
+        from_batch.map(&cleared(None), 0).events[0].worker,
+        Worker::new(9, 0)
+    );
+    let fixed = EventMapper::new(9, MapConfig::default()).with_dp_rank(DpRank::Fixed(4));
+    assert_eq!(
+        fixed.map(&cleared(Some(2)), 0).events[0].worker,
+        Worker::new(9, 4)
+    );
 }
 
 #[test]

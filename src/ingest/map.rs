@@ -4,16 +4,16 @@
 //!   the LoRA adapter's name when there is one, so that a router hashing a request's tokens the
 //!   same way finds them.
 //! - Engine block hashes become opaque [`SeqHash`]es, unchanged.
-//! - `data_parallel_rank` becomes [`Worker::dp_rank`]; the worker id is the caller's (the
-//!   subscriber resolves it from the message topic).
+//! - `data_parallel_rank` becomes [`Worker::dp_rank`] (or a fixed rank); the worker id is the
+//!   caller's (the subscriber's endpoint names it, or its resolver maps the message topic).
 //! - Events of other storage tiers (CPU offload, disk, ...) are filtered out, GPU by default.
 //! - An event whose tokens do not make whole blocks, one per block hash, is rejected with a
 //!   reason and nothing of it is applied.
 
-use std::collections::HashMap;
 use std::fmt;
 
 use super::decode::{BlockStored, EngineEvent, KvEventBatch};
+use super::endpoint::DpRank;
 use crate::{Block, Event, EventKind, Worker, hash};
 
 /// Which events an [`EventMapper`] keeps.
@@ -92,7 +92,7 @@ impl std::error::Error for MapError {}
 /// What one batch became.
 #[derive(Debug, Default)]
 pub struct Mapped {
-    /// Index events, in the engine's order, with event ids consecutive per worker.
+    /// Index events, in the engine's order, each with the batch's sequence number as its id.
     pub events: Vec<Event>,
     /// Events of filtered-out tiers or groups.
     pub filtered: usize,
@@ -102,9 +102,9 @@ pub struct Mapped {
 
 /// Turns one engine's batches into index events for one worker id.
 ///
-/// Event ids are numbered per data-parallel rank, consecutively, so a
-/// [`WriterPool`](crate::pool::WriterPool) sees no gaps of its own: lost batches are the
-/// transport's business.
+/// Sequencing is not the mapper's business: every event of a batch carries the id it is given,
+/// the batch's sequence number, and the [`Subscriber`](super::Subscriber) is the one place that
+/// checks sequence numbers.
 ///
 /// ```
 /// use flash_indexer::ingest::{BlockStored, EngineEvent, EventMapper, KvEventBatch, MapConfig};
@@ -126,30 +126,36 @@ pub struct Mapped {
 ///     data_parallel_rank: Some(1),
 ///     unknown_events: 0,
 /// };
-/// let mut mapper = EventMapper::new(7, MapConfig::default());
+/// let mapper = EventMapper::new(7, MapConfig::default());
 /// let index = NaiveIndexer::default();
-/// for event in mapper.map(&batch).events {
+/// for event in mapper.map(&batch, 0).events {
 ///     index.apply(&event).unwrap();
 /// }
 /// let scores = index.find_matches(&hash::local_hashes(&tokens, 16));
 /// assert_eq!(scores.get(Worker::new(7, 1)), Some(2));
 /// ```
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct EventMapper {
     worker_id: u64,
+    dp_rank: DpRank,
     config: MapConfig,
-    /// The next event id of each data-parallel rank seen so far.
-    next_ids: HashMap<u32, u64>,
 }
 
 impl EventMapper {
-    /// A mapper for the engine whose events belong to worker `worker_id`.
+    /// A mapper for the engine whose events belong to worker `worker_id`, with the batches'
+    /// data-parallel ranks.
     pub fn new(worker_id: u64, config: MapConfig) -> Self {
         EventMapper {
             worker_id,
+            dp_rank: DpRank::FromBatch,
             config,
-            next_ids: HashMap::new(),
         }
+    }
+
+    /// The same, with data-parallel ranks decided by `dp_rank`.
+    pub fn with_dp_rank(mut self, dp_rank: DpRank) -> Self {
+        self.dp_rank = dp_rank;
+        self
     }
 
     /// The worker id this mapper's events carry.
@@ -157,9 +163,18 @@ impl EventMapper {
         self.worker_id
     }
 
-    /// Maps a decoded batch.
-    pub fn map(&mut self, batch: &KvEventBatch) -> Mapped {
-        let worker = Worker::new(self.worker_id, batch.data_parallel_rank.unwrap_or(0));
+    /// The worker (id and rank) `batch`'s events belong to.
+    pub fn worker(&self, batch: &KvEventBatch) -> Worker {
+        let rank = match self.dp_rank {
+            DpRank::FromBatch => batch.data_parallel_rank.unwrap_or(0),
+            DpRank::Fixed(rank) => rank,
+        };
+        Worker::new(self.worker_id, rank)
+    }
+
+    /// Maps a decoded batch; its events get `event_id`.
+    pub fn map(&self, batch: &KvEventBatch, event_id: u64) -> Mapped {
+        let worker = self.worker(batch);
         let mut mapped = Mapped::default();
         for event in &batch.events {
             // A clear applies to whatever the index holds of the worker, whatever its tier.
@@ -187,32 +202,13 @@ impl EventMapper {
                 },
                 EngineEvent::AllBlocksCleared => EventKind::Cleared,
             };
-            mapped.events.push(self.event(worker, kind));
+            mapped.events.push(Event {
+                worker,
+                event_id,
+                kind,
+            });
         }
         mapped
-    }
-
-    /// The engine restarted: a `Cleared` for every rank it published from, and fresh numbering.
-    pub fn restart(&mut self) -> Vec<Event> {
-        let mut ranks: Vec<u32> = self.next_ids.keys().copied().collect();
-        ranks.sort_unstable();
-        let events = ranks
-            .into_iter()
-            .map(|rank| self.event(Worker::new(self.worker_id, rank), EventKind::Cleared))
-            .collect();
-        self.next_ids.clear();
-        events
-    }
-
-    fn event(&mut self, worker: Worker, kind: EventKind) -> Event {
-        let next = self.next_ids.entry(worker.dp_rank).or_insert(0);
-        let event_id = *next;
-        *next += 1;
-        Event {
-            worker,
-            event_id,
-            kind,
-        }
     }
 }
 

@@ -10,23 +10,27 @@
 //! - [`EventMapper`]: engine events to index events: local hashes from the tokens (with the
 //!   LoRA seed), engine hashes as opaque [`SeqHash`](crate::SeqHash)es, data-parallel ranks as
 //!   [`Worker::dp_rank`](crate::Worker::dp_rank), a storage-tier filter, and whole blocks only.
-//! - [`Subscriber`]: ZeroMQ SUB sockets, one thread per engine, with gap recovery through the
-//!   engine's replay socket and restart detection, feeding a
+//! - [`Subscriber`]: ZeroMQ SUB sockets (dialled or bound, `tcp://` or `ipc://`), one thread
+//!   per endpoint, with gap repair through the engine's replay socket and resynchronization after
+//!   every reconnection, restart and unrepaired loss, feeding a
 //!   [`WriterPool`](crate::pool::WriterPool).
 //!
 //! [`Subscriber`]'s docs show the wiring; `examples/router.rs` is a whole router over it, and
 //! `tests/publisher/vllm_publisher.py` a stand-in for vLLM engines to run it against.
 
 mod decode;
+mod endpoint;
 mod map;
 mod sequence;
+mod stats;
 mod subscriber;
+mod transport;
 
 pub use decode::{
     BlockRemoved, BlockStored, DecodeError, Engine, EngineEvent, KvEventBatch, decode_batch,
 };
+pub use endpoint::{Dial, DpRank, EngineEndpoint, IngestError, SubscriberConfig};
 pub use map::{EventMapper, MapConfig, MapError, Mapped};
 pub use sequence::Topic;
-pub use subscriber::{
-    EngineEndpoint, IngestError, IngestStats, Resolver, Subscriber, SubscriberConfig,
-};
+pub use stats::IngestStats;
+pub use subscriber::{Resolver, Subscriber};

@@ -1,5 +1,5 @@
 //! Message topics and sequence numbers: what an engine's three-frame messages say besides the
-//! payload.
+//! payload, and what a sequence number says about the messages before it.
 
 /// A message topic, `kv@<pod>@<model>`: which engine published it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -11,7 +11,8 @@ pub struct Topic<'a> {
 }
 
 impl<'a> Topic<'a> {
-    /// Parses `kv@<pod>@<model>`; `None` for anything else.
+    /// Parses `kv@<pod>@<model>`; `None` for anything else (vLLM's and SGLang's default topic
+    /// is empty: name the worker on the endpoint instead).
     ///
     /// ```
     /// use flash_indexer::ingest::Topic;
@@ -19,6 +20,7 @@ impl<'a> Topic<'a> {
     /// let topic = Topic::parse(b"kv@pod-3@Qwen/Qwen3-0.6B").unwrap();
     /// assert_eq!((topic.pod, topic.model), ("pod-3", "Qwen/Qwen3-0.6B"));
     /// assert_eq!(Topic::parse(b"kv-events"), None);
+    /// assert_eq!(Topic::parse(b""), None);
     /// ```
     pub fn parse(raw: &'a [u8]) -> Option<Topic<'a>> {
         let rest = std::str::from_utf8(raw).ok()?.strip_prefix("kv@")?;
@@ -38,30 +40,49 @@ pub(crate) const END_OF_REPLAY: u64 = u64::MAX;
 /// What a sequence number says about the messages before it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum SeqCheck {
-    /// The first message seen, or the one after the last.
-    InOrder,
-    /// Messages `first ..= last` were lost.
+    /// The first message since the tracker was reset, or the one after the last applied.
+    Next,
+    /// Applied already by the replay that resynchronized this publisher: live messages that
+    /// were queued while it ran.
+    AlreadyApplied,
+    /// Messages `first ..= last` are missing.
     Gap { first: u64, last: u64 },
-    /// Not after the last one: the engine restarted and numbers from 0 again.
-    Restarted,
+    /// Not after the last one applied, and not covered by a replay: the engine restarted and
+    /// numbers from 0 again (or sent nonsense).
+    Behind,
 }
 
 /// The last sequence number applied from one publisher.
+///
+/// Every number is meaningful: a number far ahead is a gap like any other (the replay cannot
+/// fill it and the publisher is resynchronized), a number behind is a restart. No single number
+/// can make later valid ones be dropped: after a resynchronization the tracker follows the
+/// engine's buffer, and after a reset it takes the next number as it comes.
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct SeqTracker {
     last: Option<u64>,
+    /// The end of the replay that last resynchronized the publisher, until a newer message is
+    /// applied.
+    replayed_through: Option<u64>,
 }
 
 impl SeqTracker {
     pub(crate) fn check(&self, seq: u64) -> SeqCheck {
-        match self.last {
-            None => SeqCheck::InOrder,
-            Some(last) if seq <= last => SeqCheck::Restarted,
-            Some(last) if seq == last + 1 => SeqCheck::InOrder,
-            Some(last) => SeqCheck::Gap {
+        let Some(last) = self.last else {
+            return SeqCheck::Next;
+        };
+        if last.checked_add(1) == Some(seq) {
+            SeqCheck::Next
+        } else if seq <= last {
+            match self.replayed_through {
+                Some(end) if seq <= end => SeqCheck::AlreadyApplied,
+                _ => SeqCheck::Behind,
+            }
+        } else {
+            SeqCheck::Gap {
                 first: last + 1,
                 last: seq - 1,
-            },
+            }
         }
     }
 
@@ -71,6 +92,20 @@ impl SeqTracker {
 
     pub(crate) fn applied(&mut self, seq: u64) {
         self.last = Some(seq);
+        if self.replayed_through.is_some_and(|end| seq > end) {
+            self.replayed_through = None;
+        }
+    }
+
+    /// A replay applied everything up to `seq`: live copies of those are to be skipped.
+    pub(crate) fn replayed_through(&mut self, seq: u64) {
+        self.last = Some(seq);
+        self.replayed_through = Some(seq);
+    }
+
+    /// Forget everything: the next number starts the stream.
+    pub(crate) fn reset(&mut self) {
+        *self = SeqTracker::default();
     }
 }
 
@@ -81,16 +116,39 @@ mod tests {
     #[test]
     fn sequence_numbers_classify_gaps_and_restarts() {
         let mut tracker = SeqTracker::default();
-        assert_eq!(
-            tracker.check(5),
-            SeqCheck::InOrder,
-            "joining mid-stream is no gap"
-        );
+        assert_eq!(tracker.check(5), SeqCheck::Next, "joining mid-stream");
         tracker.applied(5);
-        assert_eq!(tracker.check(6), SeqCheck::InOrder);
+        assert_eq!(tracker.check(6), SeqCheck::Next);
         assert_eq!(tracker.check(9), SeqCheck::Gap { first: 6, last: 8 });
-        assert_eq!(tracker.check(5), SeqCheck::Restarted);
-        assert_eq!(tracker.check(0), SeqCheck::Restarted);
+        assert_eq!(tracker.check(5), SeqCheck::Behind);
+        assert_eq!(tracker.check(0), SeqCheck::Behind);
+    }
+
+    #[test]
+    fn a_replay_covers_the_live_messages_queued_behind_it() {
+        let mut tracker = SeqTracker::default();
+        tracker.replayed_through(10);
+        assert_eq!(tracker.check(3), SeqCheck::AlreadyApplied);
+        assert_eq!(tracker.check(10), SeqCheck::AlreadyApplied);
+        assert_eq!(tracker.check(11), SeqCheck::Next);
+        tracker.applied(11);
+        assert_eq!(
+            tracker.check(3),
+            SeqCheck::Behind,
+            "past the replay: a restart"
+        );
+    }
+
+    #[test]
+    fn wild_numbers_neither_overflow_nor_wedge() {
+        let mut tracker = SeqTracker::default();
+        tracker.applied(u64::MAX - 1);
+        assert_eq!(tracker.check(u64::MAX), SeqCheck::Next);
+        tracker.applied(u64::MAX);
+        assert_eq!(tracker.check(u64::MAX), SeqCheck::Behind);
+        assert_eq!(tracker.check(0), SeqCheck::Behind);
+        tracker.reset();
+        assert_eq!(tracker.check(7), SeqCheck::Next, "a reset takes what comes");
     }
 
     #[test]

@@ -1,227 +1,70 @@
-//! The ZeroMQ subscriber: one thread per engine endpoint, feeding a [`WriterPool`].
+//! The subscriber: one thread per engine endpoint, feeding a [`WriterPool`].
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::fmt;
-use std::str::FromStr;
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use tokio::sync::watch;
-use zeromq::{DealerSocket, Socket, SocketRecv, SocketSend, SubSocket, ZmqMessage};
-
-use super::decode::{Engine, decode_batch};
-use super::map::{EventMapper, MapConfig};
-use super::sequence::{END_OF_REPLAY, SeqCheck, SeqTracker, Topic, parse_seq};
-use crate::KvIndex;
-use crate::pool::WriterPool;
-use crate::sync::atomic::{AtomicU64, Ordering};
-use crate::sync::{Arc, Mutex, lock};
-
-/// One engine to subscribe to.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct EngineEndpoint {
-    /// The engine's PUB socket, e.g. `tcp://10.0.0.5:5557`.
-    pub events: String,
-    /// The engine's replay ROUTER socket, e.g. `tcp://10.0.0.5:5558`, if it has one.
-    pub replay: Option<String>,
-}
-
-impl EngineEndpoint {
-    /// An engine without a replay socket: lost messages are counted, not recovered.
-    pub fn new(events: impl Into<String>) -> Self {
-        EngineEndpoint {
-            events: events.into(),
-            replay: None,
-        }
-    }
-
-    /// Recover lost messages through the replay socket at `replay`.
-    pub fn with_replay(mut self, replay: impl Into<String>) -> Self {
-        self.replay = Some(replay.into());
-        self
-    }
-}
-
-/// How a [`Subscriber`] decodes and filters.
-#[derive(Clone, Debug)]
-pub struct SubscriberConfig {
-    /// How hashes sent as bytes become 64 bits. Default: vLLM's convention.
-    pub engine: Engine,
-    /// Which tiers and groups to index. Default: GPU, every group.
-    pub map: MapConfig,
-    /// How long to wait for the replay socket to connect and for each replayed message.
-    /// Default: 2 s.
-    pub replay_timeout: Duration,
-}
-
-impl Default for SubscriberConfig {
-    fn default() -> Self {
-        SubscriberConfig {
-            engine: Engine::default(),
-            map: MapConfig::default(),
-            replay_timeout: Duration::from_secs(2),
-        }
-    }
-}
-
-/// Why a [`Subscriber`] could not start.
-#[derive(Debug)]
-#[non_exhaustive]
-pub enum IngestError {
-    /// An endpoint that is not a ZeroMQ TCP address.
-    BadEndpoint {
-        /// The endpoint as given.
-        endpoint: String,
-        /// What is wrong with it.
-        reason: String,
-    },
-    /// The operating system refused a thread or a runtime.
-    Io(std::io::Error),
-}
-
-impl fmt::Display for IngestError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            IngestError::BadEndpoint { endpoint, reason } => {
-                write!(f, "bad ZeroMQ endpoint {endpoint:?}: {reason}")
-            }
-            IngestError::Io(error) => write!(f, "cannot start a subscriber thread: {error}"),
-        }
-    }
-}
-
-impl std::error::Error for IngestError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            IngestError::Io(error) => Some(error),
-            IngestError::BadEndpoint { .. } => None,
-        }
-    }
-}
-
-/// Counters of a [`Subscriber`], read with [`Subscriber::stats`].
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct IngestStats {
-    /// Endpoints whose first connection is up (ZeroMQ reconnects by itself after that).
-    pub connected: u64,
-    /// Payloads decoded and handed to the pool, live or replayed.
-    pub batches: u64,
-    /// Index events submitted to the pool.
-    pub events: u64,
-    /// Messages that were not `[topic, 8-byte seq, payload]`.
-    pub bad_frames: u64,
-    /// Messages whose topic the resolver did not map to a worker (or that were not
-    /// `kv@<pod>@<model>`).
-    pub unresolved_topics: u64,
-    /// Payloads that failed to decode (nothing of them applied).
-    pub decode_errors: u64,
-    /// Events of unknown types, skipped.
-    pub unknown_events: u64,
-    /// Events of tiers or groups the configuration filters out.
-    pub filtered_events: u64,
-    /// Events rejected by the mapping (tokens not whole blocks, ...).
-    pub rejected_events: u64,
-    /// Sequence gaps seen.
-    pub gaps: u64,
-    /// Messages recovered through replay.
-    pub replayed: u64,
-    /// Messages lost: in a gap and not recovered.
-    pub lost: u64,
-    /// Engine restarts seen (sequence numbers going backwards).
-    pub restarts: u64,
-}
-
-#[derive(Default)]
-struct Counters {
-    connected: AtomicU64,
-    batches: AtomicU64,
-    events: AtomicU64,
-    bad_frames: AtomicU64,
-    unresolved_topics: AtomicU64,
-    decode_errors: AtomicU64,
-    unknown_events: AtomicU64,
-    filtered_events: AtomicU64,
-    rejected_events: AtomicU64,
-    gaps: AtomicU64,
-    replayed: AtomicU64,
-    lost: AtomicU64,
-    restarts: AtomicU64,
-}
-
-impl Counters {
-    fn snapshot(&self) -> IngestStats {
-        let read = |c: &AtomicU64| c.load(Ordering::Relaxed);
-        IngestStats {
-            connected: read(&self.connected),
-            batches: read(&self.batches),
-            events: read(&self.events),
-            bad_frames: read(&self.bad_frames),
-            unresolved_topics: read(&self.unresolved_topics),
-            decode_errors: read(&self.decode_errors),
-            unknown_events: read(&self.unknown_events),
-            filtered_events: read(&self.filtered_events),
-            rejected_events: read(&self.rejected_events),
-            gaps: read(&self.gaps),
-            replayed: read(&self.replayed),
-            lost: read(&self.lost),
-            restarts: read(&self.restarts),
-        }
-    }
-}
-
-fn bump(counter: &AtomicU64, by: u64) {
-    counter.fetch_add(by, Ordering::Relaxed);
-}
+use super::decode::decode_batch;
+use super::endpoint::{Dial, DpRank, EngineEndpoint, IngestError, SubscriberConfig};
+use super::map::EventMapper;
+use super::sequence::{SeqCheck, SeqTracker, Topic, parse_seq};
+use super::stats::{IngestStats, Monitor, bump};
+use super::transport::{
+    Connection, RECONNECT_FIRST, ReplayClient, ReplayStep, SLICE, Subscription,
+};
+use crate::pool::{SubmitError, WriterPool};
+use crate::sync::Arc;
+use crate::sync::atomic::{AtomicBool, Ordering};
+use crate::{Event, EventKind, KvIndex, Worker};
 
 /// Resolves a message topic to the worker id its events belong to.
 pub type Resolver = dyn Fn(&Topic<'_>) -> Option<u64> + Send + Sync;
 
-/// Counters and the last problem, shared by the endpoint threads and the [`Subscriber`].
-#[derive(Default)]
-struct Monitor {
-    counters: Counters,
-    last_problem: Mutex<Option<String>>,
-}
-
-impl Monitor {
-    fn problem(&self, endpoint: &str, what: impl fmt::Display) {
-        *lock(&self.last_problem) = Some(format!("{endpoint}: {what}"));
-    }
-}
-
 /// What every endpoint thread shares.
 struct Shared<I: KvIndex + ?Sized + 'static> {
     pool: Arc<WriterPool<I>>,
-    resolver: Arc<Resolver>,
+    resolver: Option<Box<Resolver>>,
     config: SubscriberConfig,
     monitor: Arc<Monitor>,
+    stop: Arc<AtomicBool>,
 }
 
 /// Subscribes to engines' KV events and keeps an index current.
 ///
-/// Each endpoint gets its own thread and its own single-threaded async runtime, so an engine
-/// that is slow, silent or unreachable holds up nobody else; events go into the writer pool,
-/// whose per-worker queues apply them in order.
+/// Each endpoint gets its own thread, so an engine that is slow, silent, unreachable or
+/// hostile holds up nobody else; events go into the writer pool, whose per-worker queues apply
+/// them in order.
 ///
 /// Per endpoint, for every three-frame message `[topic, seq, payload]`:
-/// 1. the topic (`kv@<pod>@<model>`) is resolved to a worker id by the caller's resolver;
-/// 2. the sequence number is checked against the last one applied. A gap is recovered through
-///    the engine's replay socket when one is configured (vLLM's protocol: a DEALER sends
-///    `[b"", first_missing_seq]`, the engine's ROUTER answers `[topic?, seq, payload]` per
-///    buffered batch and ends with seq -1 and an empty payload); a number that goes backwards
-///    means the engine restarted, and the worker's ranks seen so far are cleared;
+/// 1. the worker is the endpoint's ([`EngineEndpoint::with_worker`]) or the resolver's answer
+///    for the topic (`kv@<pod>@<model>`);
+/// 2. the sequence number is checked against the last one applied (the one place sequence
+///    numbers are checked): a gap is filled through the engine's replay socket when it has one
+///    (vLLM's protocol: a DEALER sends `[b"", first_missing_seq]`, the engine's ROUTER answers
+///    `[topic?, seq, payload]` per buffered batch and ends with seq -1);
 /// 3. the payload is decoded and mapped ([`decode_batch`], [`EventMapper`]) and its events are
-///    submitted to the pool.
+///    submitted to the pool, each with the batch's sequence number as its event id.
+///
+/// **Resynchronization.** After every (re)connection, every restart (a sequence number going
+/// backwards) and every loss a replay cannot repair, the subscriber clears the engine's workers
+/// and rebuilds them from the engine's replay buffer, from its oldest retained batch. So the index
+/// never keeps a block it cannot vouch for: what the engine stored before its buffer begins is
+/// missing (an under-count, counted in [`IngestStats::lost`]), but nothing the engine dropped
+/// stays. This is what recovers a router started after its engines, an engine that restarted
+/// (however long the reconnection took), and a gap larger than the buffer. An engine without a
+/// replay socket is cleared and followed live from there.
+///
+/// **Bounded waits.** A replay holds up live messages for at most
+/// [`SubscriberConfig::replay_timeout`]; a replay socket that does not come up is waited for once
+/// per connection, not at every gap; a replay that overruns is abandoned and the engine cleared.
+/// Reconnection backs off to at most [`SubscriberConfig::reconnect_max`]. Messages over
+/// [`SubscriberConfig::max_message_size`] are refused before allocation and their connection
+/// dropped and redialled. A full writer pool is waited for in short slices. Every wait looks at
+/// the stop flag at least every 50 ms, so [`Subscriber::shutdown`] returns promptly.
 ///
 /// Everything that goes wrong is counted in [`IngestStats`], and the last problem is kept as text
 /// ([`Subscriber::last_problem`]); nothing stops the subscriber but [`Subscriber::shutdown`].
-///
-/// Limits: a subscriber that joins mid-stream starts from the first message it sees (it does not
-/// replay the engine's buffer); a gap the replay cannot fill is counted in
-/// [`IngestStats::lost`] and the worker is kept, not cleared; an engine that restarts and
-/// overtakes the old sequence number before the subscriber reconnects looks like a gap, not a
-/// restart. Only `tcp://` endpoints are supported.
 ///
 /// ```no_run
 /// use std::sync::Arc;
@@ -230,25 +73,38 @@ struct Shared<I: KvIndex + ?Sized + 'static> {
 /// use flash_indexer::DefaultIndexer;
 ///
 /// let pool = Arc::new(WriterPool::new(Arc::new(DefaultIndexer::default()), PoolConfig::default()));
-/// let engines = [EngineEndpoint::new("tcp://10.0.0.5:5557").with_replay("tcp://10.0.0.5:5558")];
-/// let subscriber = Subscriber::spawn(
-///     Arc::clone(&pool),
-///     engines,
-///     |topic| topic.pod.strip_prefix("worker-")?.parse().ok(),
-///     SubscriberConfig::default(),
-/// )?;
+/// let engines = [
+///     EngineEndpoint::new("tcp://10.0.0.5:5557").with_replay("tcp://10.0.0.5:5558").with_worker(0),
+///     EngineEndpoint::new("ipc:///run/engine-1/kv").with_worker(1),
+/// ];
+/// let subscriber = Subscriber::spawn(Arc::clone(&pool), engines, SubscriberConfig::default())?;
 /// # Ok::<(), flash_indexer::ingest::IngestError>(())
 /// ```
 pub struct Subscriber {
-    stop: watch::Sender<bool>,
+    stop: Arc<AtomicBool>,
     threads: Vec<JoinHandle<()>>,
     monitor: Arc<Monitor>,
 }
 
 impl Subscriber {
-    /// Starts one thread per endpoint. Each connects (and keeps reconnecting) in the background;
-    /// only malformed endpoints and a refused thread fail here.
-    pub fn spawn<I, R>(
+    /// Starts one thread per endpoint; every endpoint must name its worker
+    /// ([`EngineEndpoint::with_worker`]). Sockets are created, bound and dialled here, so a
+    /// malformed endpoint, an address in use or a refused thread fails here; connections
+    /// themselves come up (and come back) in the background.
+    pub fn spawn<I>(
+        pool: Arc<WriterPool<I>>,
+        endpoints: impl IntoIterator<Item = EngineEndpoint>,
+        config: SubscriberConfig,
+    ) -> Result<Subscriber, IngestError>
+    where
+        I: KvIndex + ?Sized + 'static,
+    {
+        Self::start(pool, endpoints, None, config)
+    }
+
+    /// As [`spawn`](Self::spawn), with `resolver` naming the worker of every endpoint that does
+    /// not name its own, from each message's topic.
+    pub fn spawn_with_resolver<I, R>(
         pool: Arc<WriterPool<I>>,
         endpoints: impl IntoIterator<Item = EngineEndpoint>,
         resolver: R,
@@ -258,41 +114,49 @@ impl Subscriber {
         I: KvIndex + ?Sized + 'static,
         R: Fn(&Topic<'_>) -> Option<u64> + Send + Sync + 'static,
     {
+        Self::start(pool, endpoints, Some(Box::new(resolver)), config)
+    }
+
+    fn start<I: KvIndex + ?Sized + 'static>(
+        pool: Arc<WriterPool<I>>,
+        endpoints: impl IntoIterator<Item = EngineEndpoint>,
+        resolver: Option<Box<Resolver>>,
+        config: SubscriberConfig,
+    ) -> Result<Subscriber, IngestError> {
         let endpoints: Vec<EngineEndpoint> = endpoints.into_iter().collect();
         for endpoint in &endpoints {
-            let addresses = std::iter::once(&endpoint.events).chain(endpoint.replay.as_ref());
-            for address in addresses {
-                zeromq::Endpoint::from_str(address).map_err(|e| IngestError::BadEndpoint {
-                    endpoint: address.clone(),
-                    reason: e.to_string(),
-                })?;
-            }
+            endpoint.validate(resolver.is_some())?;
+        }
+        let context = zmq::Context::new();
+        let mut opened = Vec::with_capacity(endpoints.len());
+        for endpoint in endpoints {
+            let subscription = Subscription::open(&context, &endpoint, &config)?;
+            let replay = match &endpoint.replay {
+                Some(address) => Some(ReplayClient::open(&context, address, &config)?),
+                None => None,
+            };
+            opened.push((endpoint, subscription, replay));
         }
         let monitor = Arc::new(Monitor::default());
+        let stop = Arc::new(AtomicBool::new(false));
         let shared = Arc::new(Shared {
             pool,
-            resolver: Arc::new(resolver),
+            resolver,
             config,
             monitor: Arc::clone(&monitor),
+            stop: Arc::clone(&stop),
         });
-        let (stop, stopped) = watch::channel(false);
         let mut subscriber = Subscriber {
             stop,
             threads: Vec::new(),
             monitor,
         };
-        for endpoint in endpoints {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .map_err(IngestError::Io)?;
-            let shared = Arc::clone(&shared);
-            let stopped = stopped.clone();
+        for (endpoint, subscription, replay) in opened {
+            let name = format!("flash-ingest {}", endpoint.events);
+            let task = EndpointTask::new(endpoint, Arc::clone(&shared), subscription, replay);
             let thread = std::thread::Builder::new()
-                .name(format!("flash-ingest {}", endpoint.events))
-                .spawn(move || {
-                    runtime.block_on(EndpointTask::new(endpoint, shared).run(stopped));
-                })
+                .name(name)
+                .spawn(move || task.run())
                 .map_err(IngestError::Io)?;
             subscriber.threads.push(thread);
         }
@@ -307,18 +171,18 @@ impl Subscriber {
     /// The last problem seen (a decode error, a rejected event, a failed replay ...), with its
     /// endpoint.
     pub fn last_problem(&self) -> Option<String> {
-        lock(&self.monitor.last_problem).clone()
+        self.monitor.last_problem()
     }
 
-    /// Stops every endpoint thread and waits for them. Events already submitted stay queued in
-    /// the pool; call [`WriterPool::flush`] to wait for them.
+    /// Stops every endpoint thread and waits for them (each sees the request within about
+    /// 50 ms, whatever it is doing). Events already submitted stay queued in the pool; call
+    /// [`WriterPool::flush`] to wait for them.
     pub fn shutdown(mut self) {
         self.stop_threads();
     }
 
     fn stop_threads(&mut self) {
-        // Receivers see the change (or the sender gone) at their next await.
-        let _ = self.stop.send(true);
+        self.stop.store(true, Ordering::Relaxed);
         for thread in self.threads.drain(..) {
             let _ = thread.join();
         }
@@ -340,229 +204,395 @@ impl fmt::Debug for Subscriber {
     }
 }
 
+/// One publisher as the subscriber follows it.
+#[derive(Default)]
+struct Source {
+    tracker: SeqTracker,
+    /// Known once the publisher's worker is.
+    mapper: Option<EventMapper>,
+    /// Workers (id and rank) it published to since it was last cleared.
+    workers: BTreeSet<Worker>,
+    /// A connection came up: resynchronize before the next message.
+    resync_pending: bool,
+}
+
+/// Which publisher of an endpoint a message is from: the topic on a bound endpoint (many
+/// engines), nothing on a dialled one (one engine).
+type SourceKey = Vec<u8>;
+
 /// One endpoint's state, owned by its thread.
 struct EndpointTask<I: KvIndex + ?Sized + 'static> {
     endpoint: EngineEndpoint,
     shared: Arc<Shared<I>>,
-    tracker: SeqTracker,
-    /// One mapper per worker id this publisher's topics resolved to (normally one).
-    mappers: HashMap<u64, EventMapper>,
+    subscription: Subscription,
+    replay: Option<ReplayClient>,
+    sources: HashMap<SourceKey, Source>,
+    /// When to dial a dropped engine afresh, unless it is back by then.
+    redial_at: Option<Instant>,
 }
 
 impl<I: KvIndex + ?Sized + 'static> EndpointTask<I> {
-    fn new(endpoint: EngineEndpoint, shared: Arc<Shared<I>>) -> Self {
+    fn new(
+        endpoint: EngineEndpoint,
+        shared: Arc<Shared<I>>,
+        subscription: Subscription,
+        replay: Option<ReplayClient>,
+    ) -> Self {
+        let mut sources = HashMap::new();
+        if endpoint.dial == Dial::Connect {
+            let source = Source {
+                mapper: endpoint
+                    .worker
+                    .map(|id| mapper(&endpoint, &shared.config, id)),
+                ..Source::default()
+            };
+            sources.insert(SourceKey::new(), source);
+        }
         EndpointTask {
             endpoint,
             shared,
-            tracker: SeqTracker::default(),
-            mappers: HashMap::new(),
+            subscription,
+            replay,
+            sources,
+            redial_at: None,
         }
     }
 
-    async fn run(mut self, mut stopped: watch::Receiver<bool>) {
-        let mut socket = SubSocket::new();
-        tokio::select! {
-            connected = self.connect(&mut socket) => if !connected { return },
-            _ = stopped.changed() => return,
-        }
-        bump(&self.shared.monitor.counters.connected, 1);
-        loop {
-            let message = tokio::select! {
-                message = socket.recv() => message,
-                _ = stopped.changed() => return,
-            };
-            match message {
-                Ok(message) => self.live(message).await,
+    fn stopped(&self) -> bool {
+        self.shared.stop.load(Ordering::Relaxed)
+    }
+
+    fn problem(&self, what: impl fmt::Display) {
+        self.shared.monitor.problem(&self.endpoint.events, what);
+    }
+
+    fn run(mut self) {
+        while !self.stopped() {
+            let (connections, messages) = match self.subscription.wait() {
+                Ok(ready) => ready,
                 Err(error) => {
-                    self.shared
-                        .monitor
-                        .problem(&self.endpoint.events, format!("receive failed: {error}"));
-                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    self.problem(format!("poll failed: {error}"));
+                    std::thread::sleep(SLICE);
+                    continue;
+                }
+            };
+            if connections {
+                while let Some(change) = self.subscription.connection() {
+                    self.on_connection(change);
+                }
+            }
+            if self.redial_at.is_some_and(|at| Instant::now() >= at) {
+                self.redial_at = None;
+                if let Err(error) = self.subscription.redial() {
+                    self.problem(format!("redial failed: {error}"));
+                }
+            }
+            if messages {
+                // A bounded burst, so that connection changes and the stop flag are seen.
+                for _ in 0..1024 {
+                    if self.stopped() {
+                        return;
+                    }
+                    let Some(message) = self.subscription.message() else {
+                        break;
+                    };
+                    self.on_message(message);
                 }
             }
         }
     }
 
-    /// Connects and subscribes to every topic, retrying until it works.
-    async fn connect(&self, socket: &mut SubSocket) -> bool {
-        loop {
-            let attempt = async {
-                socket.connect(&self.endpoint.events).await?;
-                socket.subscribe("").await
-            };
-            match attempt.await {
-                Ok(()) => return true,
-                Err(error) => {
-                    self.shared
-                        .monitor
-                        .problem(&self.endpoint.events, format!("connect failed: {error}"));
-                    tokio::time::sleep(Duration::from_millis(500)).await;
-                }
-            }
-        }
-    }
-
-    async fn live(&mut self, message: ZmqMessage) {
+    fn on_connection(&mut self, change: Connection) {
         let counters = &self.shared.monitor.counters;
-        let frames = message.into_vec();
-        let [topic, seq, payload] = frames.as_slice() else {
+        match change {
+            Connection::Down => {
+                bump(&counters.disconnects, 1);
+                self.problem("connection dropped (engine gone, or a message over the size limit)");
+                if self.endpoint.dial == Dial::Connect {
+                    self.redial_at = Some(Instant::now() + RECONNECT_FIRST);
+                }
+            }
+            Connection::Up => {
+                bump(&counters.connected, 1);
+                self.redial_at = None;
+                // A bound endpoint cannot tell which engine connected: its sources resync on
+                // their sequence numbers instead.
+                if self.endpoint.dial == Dial::Connect {
+                    if let Some(replay) = &mut self.replay {
+                        replay.reconnected();
+                    }
+                    let key = SourceKey::new();
+                    let source = self.source(&key);
+                    source.resync_pending = true;
+                    if source.mapper.is_some() {
+                        self.resync(&key);
+                    }
+                }
+            }
+        }
+    }
+
+    fn source(&mut self, key: &SourceKey) -> &mut Source {
+        self.sources.entry(key.clone()).or_default()
+    }
+
+    fn on_message(&mut self, frames: Vec<Vec<u8>>) {
+        let counters = &self.shared.monitor.counters;
+        let Ok([topic, seq, payload]) = <[Vec<u8>; 3]>::try_from(frames) else {
             bump(&counters.bad_frames, 1);
             return;
         };
-        let Some(seq) = parse_seq(seq) else {
+        let Some(seq) = parse_seq(&seq) else {
             bump(&counters.bad_frames, 1);
             return;
         };
-        let Some(worker_id) = Topic::parse(topic).and_then(|t| (self.shared.resolver)(&t)) else {
+        let worker_id = self.endpoint.worker.or_else(|| {
+            let resolver = self.shared.resolver.as_ref()?;
+            resolver(&Topic::parse(&topic)?)
+        });
+        let key = match self.endpoint.dial {
+            Dial::Connect => SourceKey::new(),
+            Dial::Bind => topic.clone(),
+        };
+        let room =
+            self.sources.contains_key(&key) || self.sources.len() < self.shared.config.max_topics;
+        let Some(worker_id) = worker_id.filter(|_| room) else {
             bump(&counters.unresolved_topics, 1);
-            self.shared.monitor.problem(
-                &self.endpoint.events,
-                format!("unresolved topic {:?}", String::from_utf8_lossy(topic)),
-            );
+            self.problem(format!(
+                "no worker for topic {:?}",
+                String::from_utf8_lossy(&topic)
+            ));
             return;
         };
-        match self.tracker.check(seq) {
-            SeqCheck::InOrder => {}
-            SeqCheck::Gap { first, last } => {
-                bump(&counters.gaps, 1);
-                let recovered = match &self.endpoint.replay {
-                    Some(replay) => self.replay(replay.clone(), worker_id, first, last).await,
-                    None => 0,
-                };
-                let lost = last - first + 1 - recovered;
-                bump(&self.shared.monitor.counters.lost, lost);
-                if lost > 0 {
-                    self.shared.monitor.problem(
-                        &self.endpoint.events,
-                        format!("lost {lost} messages before seq {seq}"),
-                    );
-                }
-            }
-            SeqCheck::Restarted => {
-                bump(&counters.restarts, 1);
-                let clears = self.mapper(worker_id).restart();
-                self.submit(clears);
-            }
+        let (endpoint, config) = (&self.endpoint, &self.shared.config);
+        let source = self.sources.entry(key.clone()).or_default();
+        if source.mapper.as_ref().map(EventMapper::worker_id) != Some(worker_id) {
+            source.mapper = Some(mapper(endpoint, config, worker_id));
         }
-        self.apply(worker_id, payload);
-        self.tracker.applied(seq);
+        self.process(&key, seq, &payload);
     }
 
-    /// Asks the replay socket for `first ..= last` and applies what comes back, in order.
-    /// Returns how many of them were applied.
-    async fn replay(&mut self, address: String, worker_id: u64, first: u64, last: u64) -> u64 {
-        let timeout = self.shared.config.replay_timeout;
-        let mut socket = DealerSocket::new();
-        let request = async {
-            socket.connect(&address).await?;
-            let mut request = ZmqMessage::from(Vec::<u8>::new());
-            request.push_back(first.to_be_bytes().to_vec().into());
-            socket.send(request).await
-        };
-        match tokio::time::timeout(timeout, request).await {
-            Ok(Ok(())) => {}
-            Ok(Err(error)) => {
-                self.shared
-                    .monitor
-                    .problem(&address, format!("replay request failed: {error}"));
-                return 0;
-            }
-            Err(_) => {
-                self.shared
-                    .monitor
-                    .problem(&address, "replay socket did not connect in time");
-                return 0;
-            }
+    /// Applies one live message in sequence: repairs a gap, resynchronizes after a restart or an
+    /// unrepaired loss, skips what a resynchronization applied already.
+    fn process(&mut self, key: &SourceKey, seq: u64, payload: &[u8]) {
+        if self.source(key).resync_pending {
+            self.resync(key);
         }
-        let mut recovered = 0;
+        // At most one repair, one resynchronization and one clear per message: every branch
+        // ends in `Next` after a reset at the latest.
+        let monitor = Arc::clone(&self.shared.monitor);
+        let counters = &monitor.counters;
+        let mut resynced = false;
         loop {
-            let reply = match tokio::time::timeout(timeout, socket.recv()).await {
-                Ok(Ok(reply)) => reply.into_vec(),
-                Ok(Err(error)) => {
-                    self.shared
-                        .monitor
-                        .problem(&address, format!("replay failed: {error}"));
-                    break;
+            match self.source(key).tracker.check(seq) {
+                SeqCheck::Next => {
+                    self.deliver(key, seq, payload);
+                    self.source(key).tracker.applied(seq);
+                    return;
                 }
-                Err(_) => {
-                    self.shared
-                        .monitor
-                        .problem(&address, "replay stopped answering");
-                    break;
+                SeqCheck::AlreadyApplied => {
+                    bump(&counters.skipped, 1);
+                    return;
                 }
-            };
-            // [b"", topic, seq, payload] (vLLM) or [b"", seq, payload] (SGLang, older vLLM).
-            let (seq, payload) = match reply.as_slice() {
-                [empty, _, seq, payload] | [empty, seq, payload] if empty.is_empty() => {
-                    (parse_seq(seq), payload)
+                SeqCheck::Gap { first, last } => {
+                    bump(&counters.gaps, 1);
+                    if !resynced && self.repair(key, first, last) {
+                        continue;
+                    }
+                    let reached = self.source(key).tracker.last().unwrap_or(first - 1);
+                    let lost = last.saturating_sub(reached);
+                    bump(&counters.lost, lost);
+                    self.problem(format!("lost {lost} messages before seq {seq}"));
                 }
-                _ => (None, &reply[0]),
-            };
-            let Some(seq) = seq else {
-                bump(&self.shared.monitor.counters.bad_frames, 1);
-                continue;
-            };
-            if seq == END_OF_REPLAY {
-                break;
+                SeqCheck::Behind => {
+                    bump(&counters.restarts, 1);
+                }
             }
-            // Only the gap: what the engine buffered before it is applied already, and what
-            // follows it is still queued on the live socket.
-            if seq < first || seq > last || self.tracker.last().is_some_and(|l| seq <= l) {
-                continue;
-            }
-            self.apply(worker_id, payload);
-            self.tracker.applied(seq);
-            recovered += 1;
-            if seq == last {
-                break;
+            if resynced {
+                // The replay disagrees with the live stream: follow the live stream from here.
+                self.clear(key);
+                self.source(key).tracker.reset();
+            } else {
+                self.resync(key);
+                resynced = true;
             }
         }
-        bump(&self.shared.monitor.counters.replayed, recovered);
-        recovered
     }
 
-    fn mapper(&mut self, worker_id: u64) -> &mut EventMapper {
-        let config = &self.shared.config.map;
-        self.mappers
-            .entry(worker_id)
-            .or_insert_with(|| EventMapper::new(worker_id, config.clone()))
+    /// Fills `first ..= last` from the replay socket. `true` if all of it was applied.
+    fn repair(&mut self, key: &SourceKey, first: u64, last: u64) -> bool {
+        let Some(mut replay) = self.replay.take() else {
+            return false;
+        };
+        if self.request(&mut replay, first) {
+            while let Some((seq, payload)) = self.replayed(&mut replay) {
+                if seq <= last && self.source(key).tracker.check(seq) == SeqCheck::Next {
+                    self.deliver(key, seq, &payload);
+                    self.source(key).tracker.applied(seq);
+                    bump(&self.shared.monitor.counters.replayed, 1);
+                }
+            }
+        }
+        self.replay = Some(replay);
+        self.source(key).tracker.last() == Some(last)
+    }
+
+    /// Clears the publisher's workers and rebuilds them from its replay buffer, if it has one.
+    fn resync(&mut self, key: &SourceKey) {
+        bump(&self.shared.monitor.counters.resyncs, 1);
+        self.clear(key);
+        let source = self.source(key);
+        source.resync_pending = false;
+        source.tracker.reset();
+        let Some(mut replay) = self.replay.take() else {
+            return;
+        };
+        if self.request(&mut replay, 0) {
+            let mut complete = true;
+            loop {
+                match replay.next(&self.shared.stop) {
+                    ReplayStep::Message { seq, payload } => {
+                        if self.source(key).tracker.check(seq) == SeqCheck::Next {
+                            self.deliver(key, seq, &payload);
+                            self.source(key).tracker.applied(seq);
+                            bump(&self.shared.monitor.counters.resync_batches, 1);
+                        }
+                    }
+                    ReplayStep::End => break,
+                    ReplayStep::BadFrame => bump(&self.shared.monitor.counters.bad_frames, 1),
+                    ReplayStep::Abandoned(why) => {
+                        self.abandoned(&replay, why);
+                        complete = false;
+                        break;
+                    }
+                }
+            }
+            let tracker = &mut self.source(key).tracker;
+            match tracker.last() {
+                // A prefix of the buffer is no state to keep: the rest of it is unknown.
+                _ if !complete => {
+                    self.clear(key);
+                    self.source(key).tracker.reset();
+                }
+                Some(end) => tracker.replayed_through(end),
+                None => {}
+            }
+        }
+        self.replay = Some(replay);
+    }
+
+    /// Sends a replay request; counts and reports a replay socket that is not there.
+    fn request(&self, replay: &mut ReplayClient, first: u64) -> bool {
+        let sent = replay.request(first, &self.shared.stop);
+        if !sent {
+            bump(&self.shared.monitor.counters.replays_abandoned, 1);
+            self.shared
+                .monitor
+                .problem(replay.address(), "replay socket not there");
+        }
+        sent
+    }
+
+    /// The next replayed message, until the end marker or the stream is abandoned.
+    fn replayed(&self, replay: &mut ReplayClient) -> Option<(u64, Vec<u8>)> {
+        loop {
+            match replay.next(&self.shared.stop) {
+                ReplayStep::Message { seq, payload } => return Some((seq, payload)),
+                ReplayStep::End => return None,
+                ReplayStep::BadFrame => bump(&self.shared.monitor.counters.bad_frames, 1),
+                ReplayStep::Abandoned(why) => {
+                    self.abandoned(replay, why);
+                    return None;
+                }
+            }
+        }
+    }
+
+    fn abandoned(&self, replay: &ReplayClient, why: &str) {
+        bump(&self.shared.monitor.counters.replays_abandoned, 1);
+        self.shared
+            .monitor
+            .problem(replay.address(), format!("replay abandoned: {why}"));
+    }
+
+    /// A `Cleared` for every worker the publisher wrote to since it was last cleared (and for
+    /// the endpoint's fixed worker and rank, which may hold state from before this subscriber).
+    fn clear(&mut self, key: &SourceKey) {
+        let fixed = match (self.endpoint.worker, self.endpoint.dp_rank) {
+            (Some(id), DpRank::Fixed(rank)) => Some(Worker::new(id, rank)),
+            _ => None,
+        };
+        let source = self.source(key);
+        let mut workers = std::mem::take(&mut source.workers);
+        workers.extend(fixed);
+        let event_id = source.tracker.last().unwrap_or(0);
+        let clears = workers.into_iter().map(|worker| Event {
+            worker,
+            event_id,
+            kind: EventKind::Cleared,
+        });
+        self.submit(clears.collect());
     }
 
     /// Decodes one payload and submits its events.
-    fn apply(&mut self, worker_id: u64, payload: &[u8]) {
-        let counters = &self.shared.monitor.counters;
+    fn deliver(&mut self, key: &SourceKey, seq: u64, payload: &[u8]) {
+        let monitor = Arc::clone(&self.shared.monitor);
+        let counters = &monitor.counters;
         let batch = match decode_batch(payload, self.shared.config.engine) {
             Ok(batch) => batch,
             Err(error) => {
                 bump(&counters.decode_errors, 1);
-                self.shared.monitor.problem(&self.endpoint.events, error);
+                self.problem(error);
                 return;
             }
         };
-        let mapped = self.mapper(worker_id).map(&batch);
-        let counters = &self.shared.monitor.counters;
+        let source = self.source(key);
+        let Some(mapper) = &source.mapper else {
+            return; // unreachable: a source is given its mapper before its first message
+        };
+        let mapped = mapper.map(&batch, seq);
+        if !mapped.events.is_empty() {
+            source.workers.insert(mapper.worker(&batch));
+        }
         bump(&counters.unknown_events, batch.unknown_events as u64);
         bump(&counters.filtered_events, mapped.filtered as u64);
         bump(&counters.rejected_events, mapped.rejected.len() as u64);
         if let Some(error) = mapped.rejected.last() {
-            self.shared.monitor.problem(&self.endpoint.events, error);
+            self.problem(error);
         }
         self.submit(mapped.events);
         // Counted last: once a batch shows here, its events are in the pool.
-        bump(&self.shared.monitor.counters.batches, 1);
+        bump(&counters.batches, 1);
     }
 
-    fn submit(&self, events: Vec<crate::Event>) {
-        for event in events {
-            // `submit` only fails once the pool's writer thread has died; nothing to do then
-            // but say so.
-            match self.shared.pool.submit(event) {
-                Ok(()) => bump(&self.shared.monitor.counters.events, 1),
-                Err(error) => self
-                    .shared
-                    .monitor
-                    .problem(&self.endpoint.events, format!("{error:?}")),
+    /// Queues events in the pool, waiting in short slices while a queue is full so that a stop
+    /// request is never held up by a busy pool.
+    fn submit(&self, events: Vec<Event>) {
+        for mut event in events {
+            loop {
+                match self.shared.pool.try_submit(event) {
+                    Ok(()) => {
+                        bump(&self.shared.monitor.counters.events, 1);
+                        break;
+                    }
+                    Err(SubmitError::Full(back)) => {
+                        if self.stopped() {
+                            return;
+                        }
+                        event = back;
+                        std::thread::sleep(Duration::from_micros(200));
+                    }
+                    Err(error) => {
+                        // Only once the pool's writer thread has died: nothing to do but say so.
+                        self.problem(error);
+                        return;
+                    }
+                }
             }
         }
     }
+}
+
+fn mapper(endpoint: &EngineEndpoint, config: &SubscriberConfig, worker_id: u64) -> EventMapper {
+    EventMapper::new(worker_id, config.map.clone()).with_dp_rank(endpoint.dp_rank)
 }

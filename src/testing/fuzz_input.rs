@@ -52,7 +52,7 @@ pub fn run_decode_input(data: &[u8]) -> Result<(), String> {
         let Ok(batch) = decode_batch(data, engine) else {
             continue;
         };
-        let mapped = EventMapper::new(1, MapConfig::default()).map(&batch);
+        let mapped = EventMapper::new(1, MapConfig::default()).map(&batch, 0);
         let naive = NaiveIndexer::default();
         let layouts: Vec<_> = layouts::enabled()
             .iter()
