@@ -9,18 +9,26 @@ ROUTER replay socket answering [b"", start_seq] with the buffered batches and an
 (seq -1, empty payload). Batches alternate between vLLM's two encodings (positional arrays and
 "type"-tagged maps); block hashes are sent as 32-byte digests, unsigned ints or signed ints.
 
-Options make the faults the subscriber must survive: --gap-every drops live messages (kept for
-replay), --restart-at restarts a pod's engine (new sockets on the same ports, sequence numbers
-from 0, empty cache).
+Options make the faults the subscriber must survive: --gap-every/--gap-len drop live messages
+(kept for replay), --restart-at restarts every odd pod's engine (new sockets on the same
+addresses, sequence numbers from 0, empty cache; --restart-down keeps it down that long, and
+--restart-advance has it publish that many batches before it binds, as vLLM does while its model
+loads), --buffer bounds the replay buffer (vLLM's default: 10,000 batches), --no-replay leaves the
+replay socket out (vLLM's default), --topic empty publishes vLLM's default topic "", --connect
+dials a router that binds (llm-d's deployment), --ipc binds ipc:// sockets, --no-wait publishes
+without waiting for a subscriber (a router that starts later).
 
 Protocol with the test (stdout, one JSON object per line):
   {"pods": [{"topic", "events", "replay"}, ...], "sample_query": [...]}   once bound
-  {"done": {"batches": N, "blocks": {"<pod>/<rank>": count, ...}}}        once all is published
+  {"done": {"batches": N, "time": unix_seconds, "blocks": {"<pod>/<rank>": count, ...},
+            "held": {"<pod>/<rank>": [[seq, parent, tokens, lora], ...]}}} once all is published
+"held" is every block each rank's cache holds at the end, hashes as vLLM's low 64 bits.
 It then keeps answering replay requests until stdin closes (or --serve-seconds pass).
-With --log FILE it writes every batch published, as JSON lines, for the test's reference index.
+With --log FILE it writes every batch published, as JSON lines.
 """
 
 import argparse
+import collections
 import hashlib
 import json
 import random
@@ -104,12 +112,18 @@ class Rank:
 
     def __init__(self, capacity: int):
         self.capacity = capacity
-        self.blocks: dict[bytes, bytes | None] = {}  # digest -> parent digest
+        # digest -> (parent digest, the block's tokens, LoRA name)
+        self.blocks: dict[bytes, tuple[bytes | None, list[int], str | None]] = {}
         self.last_used: dict[bytes, int] = {}
         self.clock = 0
 
     def children(self, digest: bytes) -> bool:
-        return any(parent == digest for parent in self.blocks.values())
+        return any(parent == digest for parent, _, _ in self.blocks.values())
+
+    def held(self) -> list[list[Any]]:
+        """Every block held, as [seq, parent, tokens, lora] with vLLM's low 64 bits as hashes."""
+        low = lambda d: None if d is None else int.from_bytes(d[24:], "big")
+        return [[low(d), low(p), tokens, lora] for d, (p, tokens, lora) in self.blocks.items()]
 
 
 class Engine:
@@ -145,7 +159,9 @@ class Engine:
         if new:
             parent = digests[cached - 1] if cached else None
             for i, digest in enumerate(new):
-                rank.blocks[digest] = digests[cached + i - 1] if cached + i else None
+                at = cached + i
+                block = tokens[at * BLOCK_SIZE : (at + 1) * BLOCK_SIZE]
+                rank.blocks[digest] = (digests[at - 1] if at else None, block, lora)
                 rank.last_used[digest] = rank.clock
             events.append(
                 BlockStored(
@@ -206,33 +222,57 @@ def encode(events: list[Any], rank: int, use_map: bool) -> bytes:
 class Pod:
     """One engine's sockets, sequence numbers and replay buffer."""
 
-    def __init__(self, ctx: zmq.Context, index: int, host: str, ports: tuple[int, int] | None, topic_frame: bool):
-        self.ctx, self.index, self.host = ctx, index, host
-        self.topic = f"kv@pod-{index}@test-model".encode()
-        self.topic_frame = topic_frame  # vLLM's replies carry the topic; SGLang's do not
+    def __init__(self, ctx: zmq.Context, index: int, args: argparse.Namespace, ports: tuple[int, int] | None):
+        self.ctx, self.index, self.args = ctx, index, args
+        self.topic = b"" if args.topic == "empty" else f"kv@pod-{index}@test-model".encode()
+        self.topic_frame = index % 2 == 0  # vLLM's replies carry the topic; SGLang's do not
+        self.addresses: tuple[str, str | None] | None = None
+        self.open()
         self.bind(ports)
 
-    def bind(self, ports: tuple[int, int] | None) -> None:
+    def open(self) -> None:
+        """New sockets, not yet bound: messages published now reach only the replay buffer."""
         # XPUB is PUB on the wire, and tells us when a subscriber has subscribed.
         self.pub = self.ctx.socket(zmq.XPUB)
-        self.replay = self.ctx.socket(zmq.ROUTER)
+        self.replay = None if self.args.no_replay else self.ctx.socket(zmq.ROUTER)
         for sock in (self.pub, self.replay):
-            sock.setsockopt(zmq.LINGER, 2000)
-        if ports is None:
-            self.ports = (
-                self.pub.bind_to_random_port(f"tcp://{self.host}"),
-                self.replay.bind_to_random_port(f"tcp://{self.host}"),
-            )
-        else:
-            self.pub.bind(f"tcp://{self.host}:{ports[0]}")
-            self.replay.bind(f"tcp://{self.host}:{ports[1]}")
-            self.ports = ports
+            if sock is not None:
+                sock.setsockopt(zmq.LINGER, 2000)
         self.seq = 0
-        self.buffer: list[tuple[int, bytes]] = []
+        self.buffer: collections.deque[tuple[int, bytes]] = collections.deque(maxlen=self.args.buffer)
+
+    def bind(self, ports: tuple[int, int] | None) -> None:
+        args = self.args
+        if args.connect:
+            self.pub.connect(args.connect)
+            self.addresses = (args.connect, None)
+        elif args.ipc:
+            base = f"ipc://{args.ipc}/pod-{self.index}"
+            self.pub.bind(f"{base}-events")
+            if self.replay is not None:
+                self.replay.bind(f"{base}-replay")
+            self.addresses = (f"{base}-events", f"{base}-replay" if self.replay else None)
+        elif self.addresses is not None:  # a restart: the same addresses again
+            self.pub.bind(self.addresses[0])
+            if self.replay is not None:
+                self.replay.bind(self.addresses[1])
+        else:
+            if ports is None:
+                pub = self.pub.bind_to_random_port(f"tcp://{args.host}")
+                replay = self.replay.bind_to_random_port(f"tcp://{args.host}") if self.replay else 0
+            else:
+                pub, replay = ports
+                self.pub.bind(f"tcp://{args.host}:{pub}")
+                if self.replay is not None:
+                    self.replay.bind(f"tcp://{args.host}:{replay}")
+            self.addresses = (f"tcp://{args.host}:{pub}", f"tcp://{args.host}:{replay}" if self.replay else None)
 
     def wait_subscribed(self, timeout: float) -> None:
-        if not self.pub.poll(int(timeout * 1000)):
-            sys.exit(f"pod {self.index}: nobody subscribed within {timeout} s")
+        deadline = time.time() + timeout
+        while not self.pub.poll(10):
+            self.serve_replay()
+            if time.time() > deadline:
+                sys.exit(f"pod {self.index}: nobody subscribed within {timeout} s")
         self.pub.recv()
 
     def publish(self, payload: bytes, drop: bool) -> int:
@@ -244,7 +284,7 @@ class Pod:
         return seq
 
     def serve_replay(self) -> None:
-        while self.replay.poll(0):
+        while self.replay is not None and self.replay.poll(0):
             frames = self.replay.recv_multipart()
             if len(frames) != 3:
                 continue
@@ -257,11 +297,10 @@ class Pod:
             end = [client, b""] + ([b""] if self.topic_frame else [])
             self.replay.send_multipart(end + [(-1).to_bytes(8, "big", signed=True), b""])
 
-    def restart(self) -> None:
+    def close(self) -> None:
         self.pub.close()
-        self.replay.close()
-        time.sleep(0.2)
-        self.bind(self.ports)
+        if self.replay is not None:
+            self.replay.close()
 
 
 def main() -> None:
@@ -272,8 +311,17 @@ def main() -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port-base", type=int, help="pod i binds PORT+2i (events) and PORT+2i+1 (replay)")
     parser.add_argument("--capacity", type=int, default=40, help="blocks per rank")
-    parser.add_argument("--gap-every", type=int, default=0, help="drop every Nth live message (kept for replay)")
+    parser.add_argument("--gap-every", type=int, default=0, help="drop live messages every N (kept for replay)")
+    parser.add_argument("--gap-len", type=int, default=1, help="messages dropped per gap")
     parser.add_argument("--restart-at", type=int, default=0, help="restart every odd pod's engine after this many batches")
+    parser.add_argument("--restart-down", type=float, default=0.2, help="seconds a restarting engine stays down")
+    parser.add_argument("--restart-advance", type=int, default=0, help="batches a restarted engine publishes before it binds")
+    parser.add_argument("--buffer", type=int, default=10_000, help="replay buffer, in batches (vLLM's default)")
+    parser.add_argument("--no-replay", action="store_true", help="no replay socket (vLLM's default)")
+    parser.add_argument("--topic", choices=["pod", "empty"], default="pod", help='kv@pod-<i>@test-model, or "" (vLLM\'s default)')
+    parser.add_argument("--connect", help="dial this address (the router binds) instead of binding")
+    parser.add_argument("--ipc", help="bind ipc:// sockets in this directory")
+    parser.add_argument("--no-wait", action="store_true", help="publish without waiting for a subscriber")
     parser.add_argument("--interval", type=float, default=0.001, help="seconds between batches")
     parser.add_argument("--serve-seconds", type=float, default=60.0)
     parser.add_argument("--log", help="write every batch published here, as JSON lines")
@@ -285,26 +333,22 @@ def main() -> None:
     pods = []
     for i in range(args.pods):
         ports = None if args.port_base is None else (args.port_base + 2 * i, args.port_base + 2 * i + 1)
-        pods.append(Pod(ctx, i, args.host, ports, topic_frame=i % 2 == 0))
+        pods.append(Pod(ctx, i, args, ports))
     engines = [Engine(i, random.Random(args.seed * 1000 + i), prefixes, args.capacity) for i in range(args.pods)]
     print(
         json.dumps(
             {
                 "pods": [
-                    {
-                        "topic": p.topic.decode(),
-                        "events": f"tcp://{args.host}:{p.ports[0]}",
-                        "replay": f"tcp://{args.host}:{p.ports[1]}",
-                    }
-                    for p in pods
+                    {"topic": p.topic.decode(), "events": p.addresses[0], "replay": p.addresses[1]} for p in pods
                 ],
                 "sample_query": prefixes[0],
             }
         ),
         flush=True,
     )
-    for pod in pods:
-        pod.wait_subscribed(timeout=60)
+    if not args.no_wait:
+        for pod in pods:
+            pod.wait_subscribed(timeout=60)
     log = open(args.log, "w") if args.log else None
 
     def record(pod: Pod, seq: int, payload: bytes, restart: bool) -> None:
@@ -312,13 +356,16 @@ def main() -> None:
             log.write(json.dumps({"pod": pod.index, "seq": seq, "restart": restart, "payload": payload.hex()}) + "\n")
 
     published = 0
+    unbound = [0] * len(pods)  # batches a restarting pod still publishes before it binds
     for step in range(args.batches):
         for pod, engine in zip(pods, engines):
             restart = bool(args.restart_at) and step == args.restart_at and pod.index % 2 == 1
             if restart:
-                pod.restart()
+                pod.close()
+                time.sleep(args.restart_down)
+                pod.open()
                 engines[pod.index] = engine = Engine(pod.index, engine.rng, prefixes, args.capacity)
-                pod.wait_subscribed(timeout=60)
+                unbound[pod.index] = args.restart_advance
             rank = engine.rng.randrange(2)
             roll = engine.rng.random()
             if roll < 0.01:
@@ -328,16 +375,23 @@ def main() -> None:
                 if roll > 0.9:
                     events += engine.noise()
             payload = encode(events, rank, use_map=step % 2 == 1)
-            drop = bool(args.gap_every) and pod.seq % args.gap_every == args.gap_every - 1
-            seq = pod.publish(payload, drop)
+            gap = args.gap_every and pod.seq % args.gap_every >= args.gap_every - args.gap_len
+            seq = pod.publish(payload, drop=bool(gap))
             record(pod, seq, payload, restart)
             published += 1
+            if restart or unbound[pod.index]:
+                unbound[pod.index] = max(unbound[pod.index] - (not restart), 0)
+                if not unbound[pod.index]:
+                    pod.bind(None)
+                    if not args.no_wait:
+                        pod.wait_subscribed(timeout=60)
             pod.serve_replay()
         time.sleep(args.interval)
     if log:
         log.close()
     blocks = {f"{e.pod}/{r}": len(rank.blocks) for e in engines for r, rank in e.ranks.items()}
-    print(json.dumps({"done": {"batches": published, "blocks": blocks}}), flush=True)
+    held = {f"{e.pod}/{r}": rank.held() for e in engines for r, rank in e.ranks.items()}
+    print(json.dumps({"done": {"batches": published, "time": time.time(), "blocks": blocks, "held": held}}), flush=True)
 
     deadline = time.time() + args.serve_seconds
     while time.time() < deadline:
