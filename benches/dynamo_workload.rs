@@ -18,8 +18,8 @@ mod support;
 
 use criterion::Criterion;
 use flash_indexer::hash::{local_hashes, seq_hashes};
-use flash_indexer::layouts::IndexFactory;
 use flash_indexer::pool::{PoolConfig, WriterPool};
+use flash_indexer::testing::IndexFactory;
 use flash_indexer::{Block, Event, KvIndex, LocalHash, SeqHash, Worker};
 use std::hint::black_box;
 use std::sync::Arc;
@@ -253,7 +253,7 @@ fn summary(w: &Workload) {
 /// behind `DEFAULT_JUMP`.
 #[cfg(feature = "positional")]
 fn jump_sweep(w: &Workload) {
-    use flash_indexer::{Indexer, layouts::positional::PositionalMap};
+    use flash_indexer::{Indexer, layouts::PositionalMap};
     println!("\nJump sweep, positional layout (query p50 / p99 of the same {QUERIES} queries)");
     for jump in [4u32, 8, 16, 32, 64, 128] {
         let index: Arc<dyn KvIndex> = Arc::new(Indexer::<PositionalMap>::with_jump(jump));

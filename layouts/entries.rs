@@ -10,7 +10,7 @@ use std::sync::Arc; // sync-shim: papaya takes its collector as a std Arc
 /// uniformly mixed and keyed per index, so folding the position in is all it takes; SipHash
 /// here would cost more than the probe.
 #[derive(Clone, Copy, Default, Debug)]
-pub struct KeyHasher {
+pub(crate) struct KeyHasher {
     state: u64,
 }
 
@@ -41,7 +41,7 @@ impl Hasher for KeyHasher {
 
 /// Builds [`KeyHasher`]s.
 #[derive(Clone, Copy, Default, Debug)]
-pub struct BuildKeyHasher;
+pub(crate) struct BuildKeyHasher;
 
 impl BuildHasher for BuildKeyHasher {
     type Hasher = KeyHasher;

@@ -1,11 +1,14 @@
-//! Loom models of the crate's own concurrent code. Run with
-//! `RUSTFLAGS="--cfg loom --cfg crossbeam_loom" LOOM_MAX_PREEMPTIONS=2 cargo test --release --test loom`.
-//! Without `--cfg loom` this file compiles to nothing.
-#![cfg(loom)]
+//! Loom models of the crate's own concurrent code, compiled into the crate (so that they reach
+//! its internals without making them public) under `cfg(all(test, loom))`. Run with
+//! `RUSTFLAGS="--cfg loom --cfg crossbeam_loom" LOOM_MAX_PREEMPTIONS=2 cargo test --release --lib loom`.
 
-use flash_indexer::LocalHash;
-use flash_indexer::core::{Key, Layout, Tree};
-use flash_indexer::layouts::radix::RadixTree;
+use crate::LocalHash;
+use crate::core::{Key, Storage, Tree};
+use crate::layouts::RadixTree;
+
+// The models call the seam directly, keeping its contract (I1) by hand: a parent handle is
+// passed only while its slot is in the parent, and a slot is removed once from the node `add`
+// returned for it. Each `unsafe` below is one such call.
 use loom::sync::Arc;
 use loom::thread;
 
@@ -19,8 +22,10 @@ fn radix_reader_walks_through_nodes_being_unlinked() {
     loom::model(|| {
         let tree = Arc::new(RadixTree::default());
         let guard = tree.guard();
-        let (a, _) = tree.add(KEY, LocalHash(1), None, 7, &guard);
-        let (b, _) = tree.add(KEY, LocalHash(2), Some(a), 7, &guard);
+        // SAFETY: the seam contract (I1) as kept by hand, see the top of the file.
+        let (a, _) = unsafe { tree.add(KEY, LocalHash(1), None, 7, &guard) };
+        // SAFETY: the seam contract (I1) as kept by hand, see the top of the file.
+        let (b, _) = unsafe { tree.add(KEY, LocalHash(2), Some(a), 7, &guard) };
         drop(guard);
 
         let reader = {
@@ -40,8 +45,10 @@ fn radix_reader_walks_through_nodes_being_unlinked() {
         };
 
         let guard = tree.guard();
-        assert!(tree.remove(KEY, b, 7, &guard));
-        assert!(tree.remove(KEY, a, 7, &guard));
+        // SAFETY: the seam contract (I1) as kept by hand, see the top of the file.
+        assert!(unsafe { tree.remove(KEY, b, 7, &guard) });
+        // SAFETY: the seam contract (I1) as kept by hand, see the top of the file.
+        assert!(unsafe { tree.remove(KEY, a, 7, &guard) });
         drop(guard);
         reader.join().unwrap();
         assert_eq!(tree.entries(), 0);
@@ -60,7 +67,8 @@ fn radix_two_writers_create_the_same_child() {
                 let tree = tree.clone();
                 thread::spawn(move || {
                     let guard = tree.guard();
-                    tree.add(KEY, LocalHash(9), None, slot, &guard)
+                    // SAFETY: the seam contract (I1) as kept by hand, see the top of the file.
+                    unsafe { tree.add(KEY, LocalHash(9), None, slot, &guard) }
                 })
             })
             .collect();
@@ -87,17 +95,20 @@ fn radix_join_races_unlink() {
     loom::model(|| {
         let tree = Arc::new(RadixTree::default());
         let guard = tree.guard();
-        let (a, _) = tree.add(KEY, LocalHash(5), None, 1, &guard);
+        // SAFETY: the seam contract (I1) as kept by hand, see the top of the file.
+        let (a, _) = unsafe { tree.add(KEY, LocalHash(5), None, 1, &guard) };
         drop(guard);
         let joiner = {
             let tree = tree.clone();
             thread::spawn(move || {
                 let guard = tree.guard();
-                tree.add(KEY, LocalHash(5), None, 2, &guard).0
+                // SAFETY: the seam contract (I1) as kept by hand, see the top of the file.
+                unsafe { tree.add(KEY, LocalHash(5), None, 2, &guard) }.0
             })
         };
         let guard = tree.guard();
-        assert!(tree.remove(KEY, a, 1, &guard));
+        // SAFETY: the seam contract (I1) as kept by hand, see the top of the file.
+        assert!(unsafe { tree.remove(KEY, a, 1, &guard) });
         drop(guard);
         let joined = joiner.join().unwrap();
         let guard = tree.guard();
@@ -120,7 +131,8 @@ fn radix_worker_set_upgrade_against_a_reader() {
     loom::model(|| {
         let tree = Arc::new(RadixTree::default());
         let guard = tree.guard();
-        tree.add(KEY, LocalHash(3), None, 4, &guard);
+        // SAFETY: the seam contract (I1) as kept by hand, see the top of the file.
+        unsafe { tree.add(KEY, LocalHash(3), None, 4, &guard) };
         drop(guard);
         let reader = {
             let tree = tree.clone();
@@ -135,7 +147,8 @@ fn radix_worker_set_upgrade_against_a_reader() {
             })
         };
         let guard = tree.guard();
-        tree.add(KEY, LocalHash(3), None, 2, &guard);
+        // SAFETY: the seam contract (I1) as kept by hand, see the top of the file.
+        unsafe { tree.add(KEY, LocalHash(3), None, 2, &guard) };
         drop(guard);
         reader.join().unwrap();
     });
@@ -147,7 +160,7 @@ fn radix_worker_set_upgrade_against_a_reader() {
 /// interleaving touches freed memory while nodes are pruned and re-created.
 #[test]
 fn core_hole_cascade_against_a_query() {
-    use flash_indexer::{Block, Event, KvIndex, RadixIndexer, SeqHash, Worker};
+    use crate::{Block, Event, KvIndex, RadixIndexer, SeqHash, Worker};
     loom::model(|| {
         let index = Arc::new(RadixIndexer::default());
         let w = Worker::new(1, 0);
@@ -190,7 +203,7 @@ fn core_hole_cascade_against_a_query() {
 /// once `wait` returns.
 #[test]
 fn flush_latch_waits_for_every_writer() {
-    use flash_indexer::latch::Latch;
+    use crate::latch::Latch;
     use loom::sync::atomic::{AtomicUsize, Ordering};
     loom::model(|| {
         let latch = Arc::new(Latch::new(2));

@@ -9,14 +9,14 @@ use crate::sync::{Condvar, Mutex, lock};
 /// Every `count_down` happens before `wait` returns (the count is read under the same lock), so
 /// whatever a counting thread did before counting down is visible to the waiter.
 #[derive(Debug)]
-pub struct Latch {
+pub(crate) struct Latch {
     remaining: Mutex<usize>,
     done: Condvar,
 }
 
 impl Latch {
     /// A latch that opens after `n` count-downs.
-    pub fn new(n: usize) -> Self {
+    pub(crate) fn new(n: usize) -> Self {
         Self {
             remaining: Mutex::new(n),
             done: Condvar::new(),
@@ -24,7 +24,7 @@ impl Latch {
     }
 
     /// One of the `n` parties is done. Extra count-downs are ignored.
-    pub fn count_down(&self) {
+    pub(crate) fn count_down(&self) {
         let mut remaining = lock(&self.remaining);
         *remaining = remaining.saturating_sub(1);
         if *remaining == 0 {
@@ -33,7 +33,7 @@ impl Latch {
     }
 
     /// Waits until every party has counted down.
-    pub fn wait(&self) {
+    pub(crate) fn wait(&self) {
         let mut remaining = lock(&self.remaining);
         while *remaining > 0 {
             remaining = match self.done.wait(remaining) {

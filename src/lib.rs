@@ -31,14 +31,13 @@
 //! ```
 #![warn(missing_docs)]
 
-pub mod core;
+mod core;
 mod error;
 pub mod hash;
 mod index;
 #[cfg(all(feature = "vllm", not(loom)))]
 pub mod ingest;
-#[doc(hidden)]
-pub mod latch;
+mod latch;
 mod naive;
 #[cfg(not(loom))]
 pub mod pool;
@@ -52,13 +51,18 @@ pub mod layouts;
 #[cfg(feature = "testing")]
 pub mod testing;
 
+// The loom models live in their own folder but are compiled into the crate.
+#[cfg(all(test, loom))]
+#[path = "../loom_tests/loom.rs"]
+mod loom_tests;
+
 pub use error::EventError;
 pub use index::KvIndex;
 pub use naive::NaiveIndexer;
 pub use scores::OverlapScores;
 pub use types::{Block, Event, EventKind, LocalHash, SeqHash, Worker};
 
-pub use crate::core::Indexer;
+pub use crate::core::{DEFAULT_JUMP, Indexer, Layout, MAX_JUMP};
 #[cfg(feature = "array")]
 pub use layouts::array::ArrayIndexer;
 #[cfg(feature = "positional")]
@@ -66,16 +70,30 @@ pub use layouts::positional::PositionalIndexer;
 #[cfg(feature = "radix")]
 pub use layouts::radix::RadixIndexer;
 
-/// The index routers get (SPEC §6): the first enabled of `positional`, `array`, `radix`, unless
-/// a `default-*` feature says otherwise. Switch layouts with cargo features, not code.
-#[cfg(all(feature = "positional", not(feature = "default-array")))]
+/// The index routers get: the first enabled of `positional`, `array`, `radix`, unless the
+/// `default-radix` or `default-array` feature picks one (`default-radix` wins if both are set).
+/// Switch layouts with cargo features, not code.
+#[cfg(all(
+    feature = "positional",
+    not(any(feature = "default-radix", feature = "default-array"))
+))]
 pub type DefaultIndexer = PositionalIndexer;
-/// The index routers get (SPEC §6): here the array layout, by feature.
-#[cfg(any(
-    feature = "default-array",
-    all(feature = "array", not(feature = "positional"))
+/// The index routers get: here the array layout (`default-array`, or the first layout enabled).
+#[cfg(all(
+    feature = "array",
+    not(feature = "default-radix"),
+    any(feature = "default-array", not(feature = "positional"))
 ))]
 pub type DefaultIndexer = ArrayIndexer;
+/// The index routers get: here the radix tree (`default-radix`, or the only layout enabled).
+#[cfg(all(
+    feature = "radix",
+    any(
+        feature = "default-radix",
+        not(any(feature = "positional", feature = "array"))
+    )
+))]
+pub type DefaultIndexer = RadixIndexer;
 
 // The README's examples run as doctests (the ingest one needs the `vllm` feature; the README's
 // test command enables every feature).

@@ -5,7 +5,7 @@
 //! and their allocations would blur the byte counts. `FLASH_CHURN_CYCLES` lengthens the run
 //! (the `long_churn` test, ignored by default, runs 2000 cycles).
 
-use flash_indexer::core::Layout;
+use flash_indexer::Layout;
 use flash_indexer::testing::{CountingAlloc, collect_garbage};
 use flash_indexer::{Block, Event, Indexer, KvIndex, LocalHash, SeqHash, Worker};
 
@@ -110,15 +110,13 @@ fn assert_flat<L: Layout>(cycles: u64) {
 
 fn every_layout(cycles: u64) {
     #[cfg(feature = "positional")]
-    assert_flat::<flash_indexer::layouts::positional::PositionalMap>(cycles);
+    assert_flat::<flash_indexer::layouts::PositionalMap>(cycles);
     #[cfg(feature = "array")]
-    assert_flat::<
-        flash_indexer::layouts::array::PositionArray<
-            { flash_indexer::layouts::array::DEFAULT_DEPTH },
-        >,
-    >(cycles);
+    assert_flat::<flash_indexer::layouts::PositionArray<{ flash_indexer::layouts::DEFAULT_DEPTH }>>(
+        cycles,
+    );
     #[cfg(feature = "radix")]
-    assert_flat::<flash_indexer::layouts::radix::RadixTree>(cycles);
+    assert_flat::<flash_indexer::layouts::RadixTree>(cycles);
 }
 
 #[test]

@@ -119,7 +119,7 @@ fn array_writers_and_readers() {
 #[test]
 fn shallow_array_writers_and_readers() {
     for _ in 0..5 {
-        stress::<flash_indexer::layouts::array::ArrayIndexerOf<16>>();
+        stress::<flash_indexer::layouts::ArrayIndexerOf<16>>();
     }
 }
 

@@ -1,11 +1,11 @@
 //! Every layout against the reference on generated adversarial sequences (SPEC: a layout that
 //! disagrees with `NaiveIndexer` on any input is broken). Layouts come from
-//! `layouts::enabled()`, so a new layout, and its search variants, join without a line here.
+//! `testing::enabled_layouts()`, so a new layout, and its search variants, join without a line here.
 //!
 //! `FLASH_DIFF_CASES` sets the adversarial profile's case count (the others scale with it); CI
 //! runs thousands, the default is a quick run.
 
-use flash_indexer::layouts::{self, IndexFactory};
+use flash_indexer::testing::{self, IndexFactory};
 use flash_indexer::testing::{Profile, agrees_with_reference_using};
 
 fn cases(default: u32) -> u32 {
@@ -19,7 +19,7 @@ fn cases(default: u32) -> u32 {
 
 /// Runs `profile` on every enabled layout; reports every layout that diverged.
 fn every_layout(profile: Profile) {
-    let factories = layouts::enabled();
+    let factories = testing::enabled_layouts();
     assert!(!factories.is_empty(), "no layout feature enabled");
     let failures: Vec<String> = factories
         .iter()
@@ -52,7 +52,7 @@ fn many_workers() {
 mod positional_jumps {
     use super::*;
     use flash_indexer::testing::assert_agrees_with_reference_using;
-    use flash_indexer::{Indexer, layouts::positional::PositionalMap};
+    use flash_indexer::{Indexer, layouts::PositionalMap};
 
     fn check(jump: u32) {
         let make = || Indexer::<PositionalMap>::with_jump(jump);

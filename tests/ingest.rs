@@ -5,8 +5,7 @@ use flash_indexer::ingest::{
     BlockStored, DecodeError, DpRank, Engine, EngineEvent, EventMapper, KvEventBatch, MapConfig,
     MapError, decode_batch,
 };
-use flash_indexer::layouts;
-use flash_indexer::testing::CountingAlloc;
+use flash_indexer::testing::{self, CountingAlloc};
 use flash_indexer::{EventKind, KvIndex, NaiveIndexer, SeqHash, Worker, hash};
 use rmpv::Value;
 
@@ -139,7 +138,11 @@ fn hash_representations() -> Vec<(&'static str, Engine, HashWriter)> {
 fn indexes() -> Vec<(&'static str, Box<dyn KvIndex>)> {
     let mut all: Vec<(&'static str, Box<dyn KvIndex>)> =
         vec![("naive", Box::new(NaiveIndexer::default()))];
-    all.extend(layouts::enabled().into_iter().map(|f| (f.name, (f.make)())));
+    all.extend(
+        testing::enabled_layouts()
+            .into_iter()
+            .map(|f| (f.name, (f.make)())),
+    );
     all
 }
 

@@ -20,10 +20,10 @@ use std::time::{Duration, Instant};
 
 use flash_indexer::ingest::{EngineEndpoint, IngestStats, Subscriber, SubscriberConfig, Topic};
 use flash_indexer::pool::{PoolConfig, WriterPool};
-use flash_indexer::testing::CountingAlloc;
+use flash_indexer::testing::{self, CountingAlloc};
 use flash_indexer::{
     Block, Event, EventError, EventKind, KvIndex, LocalHash, NaiveIndexer, OverlapScores, SeqHash,
-    Worker, hash, layouts,
+    Worker, hash,
 };
 use serde_json::Value;
 
@@ -320,8 +320,8 @@ impl Router {
     }
 }
 
-fn primary_layouts() -> Vec<layouts::IndexFactory> {
-    layouts::enabled()
+fn primary_layouts() -> Vec<testing::IndexFactory> {
+    testing::enabled_layouts()
         .into_iter()
         .filter(|f| f.primary)
         .collect()

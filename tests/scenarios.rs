@@ -30,7 +30,7 @@ scenarios! {
 scenarios! {
     array: ArrayIndexer,
     // Shallow enough that most scenarios cross into the overflow map.
-    array_depth_16: layouts::array::ArrayIndexerOf<16>,
+    array_depth_16: layouts::ArrayIndexerOf<16>,
 }
 
 #[cfg(feature = "radix")]

@@ -7,7 +7,7 @@
 //! worker had at any event boundary of the rounds the query overlapped (computed beforehand by
 //! replaying each worker's events on the reference).
 
-use flash_indexer::layouts::{self, IndexFactory};
+use flash_indexer::testing::{self, IndexFactory};
 use flash_indexer::testing::{Step, Universe};
 use flash_indexer::{Event, KvIndex, LocalHash, NaiveIndexer, Worker};
 use proptest::strategy::{Strategy, ValueTree};
@@ -198,7 +198,7 @@ fn writers_readers_and_checkpoints_every_layout() {
         .unwrap_or(6u64);
     for seed in 0..seeds {
         let plan = plan(seed);
-        for factory in layouts::enabled() {
+        for factory in testing::enabled_layouts() {
             stress(&factory, &plan);
         }
     }

@@ -2,18 +2,18 @@
 #![allow(dead_code)] // Each bench uses part of it.
 
 use flash_indexer::NaiveIndexer;
-use flash_indexer::layouts::{self, IndexFactory};
+use flash_indexer::testing::{self, IndexFactory};
 
-pub use flash_indexer::testing::CountingAlloc;
+pub(crate) use flash_indexer::testing::CountingAlloc;
 
 /// Live heap bytes right now (with `CountingAlloc` installed).
-pub fn live_bytes() -> isize {
+pub(crate) fn live_bytes() -> isize {
     CountingAlloc::live_bytes()
 }
 
 /// Every primary layout of this build, then the reference when `with_naive`.
-pub fn indexes(with_naive: bool) -> Vec<IndexFactory> {
-    let mut out: Vec<IndexFactory> = layouts::enabled()
+pub(crate) fn indexes(with_naive: bool) -> Vec<IndexFactory> {
+    let mut out: Vec<IndexFactory> = testing::enabled_layouts()
         .into_iter()
         .filter(|f| f.primary)
         .collect();
@@ -28,10 +28,10 @@ pub fn indexes(with_naive: bool) -> Vec<IndexFactory> {
 }
 
 /// A small deterministic generator (splitmix64), so that every run measures the same data.
-pub struct Rng(pub u64);
+pub(crate) struct Rng(pub u64);
 
 impl Rng {
-    pub fn next_u64(&mut self) -> u64 {
+    pub(crate) fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
@@ -39,7 +39,7 @@ impl Rng {
         z ^ (z >> 31)
     }
 
-    pub fn below(&mut self, n: u64) -> u64 {
+    pub(crate) fn below(&mut self, n: u64) -> u64 {
         self.next_u64() % n.max(1)
     }
 }

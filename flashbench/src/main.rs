@@ -15,8 +15,8 @@ mod workload;
 use clap::{Args, Parser, Subcommand};
 use engine::EngineConfig;
 use flash_indexer::NaiveIndexer;
-use flash_indexer::layouts::{self, IndexFactory};
 use flash_indexer::testing::CountingAlloc;
+use flash_indexer::testing::{self, IndexFactory};
 use indicatif::{ProgressBar, ProgressStyle};
 use replay::{ReplayConfig, Report};
 use std::fs::File;
@@ -182,7 +182,7 @@ fn load_trace(
 }
 
 fn indexes(args: &ReplayArgs) -> Result<Vec<IndexFactory>, String> {
-    let all = layouts::enabled();
+    let all = testing::enabled_layouts();
     let mut out: Vec<IndexFactory> = Vec::new();
     if args.layouts.is_empty() {
         out.extend(all.iter().filter(|f| f.primary).copied());

@@ -3,7 +3,7 @@
 
 use crate::replay::{self, ReplayConfig, Report};
 use crate::workload::Workload;
-use flash_indexer::layouts::IndexFactory;
+use flash_indexer::testing::IndexFactory;
 use indicatif::ProgressBar;
 use plotters::prelude::*;
 use serde::Serialize;

@@ -20,8 +20,7 @@
 
 use super::entries::{self, EntryMap, entry_map};
 use super::positional::PositionalMap;
-use crate::core::{ByPosition, Indexer, Key, Layout, QueryCtx, Slot, WorkerSet};
-use crate::scores::OverlapScores;
+use crate::core::{ByPosition, Indexer, JumpSearch, Key, Slot, Storage, WorkerSet};
 use crate::types::LocalHash;
 use papaya::LocalGuard;
 use std::sync::{Arc, OnceLock}; // sync-shim: papaya takes a std Arc; loom has no OnceLock
@@ -32,7 +31,9 @@ use std::sync::{Arc, OnceLock}; // sync-shim: papaya takes a std Arc; loom has n
 /// costs 8 bytes per position.
 pub const DEFAULT_DEPTH: usize = 1024;
 
-/// The position-array layout with `DEPTH` array positions. See the [module docs](self).
+/// The position-array layout: a fixed array of per-position maps for the first `DEPTH`
+/// positions (no hashing of the position), and the positional map beyond them; queries jump
+/// search it.
 pub struct PositionArray<const DEPTH: usize> {
     collector: Arc<seize::Collector>,
     /// One map per position, created on the position's first entry.
@@ -75,7 +76,8 @@ impl<const DEPTH: usize> core::fmt::Debug for PositionArray<DEPTH> {
     }
 }
 
-impl<const DEPTH: usize> Layout for PositionArray<DEPTH> {
+impl<const DEPTH: usize> Storage for PositionArray<DEPTH> {
+    type Search = JumpSearch;
     type Guard<'a> = LocalGuard<'a>;
     type Handle = ();
 
@@ -84,7 +86,7 @@ impl<const DEPTH: usize> Layout for PositionArray<DEPTH> {
         self.collector.enter()
     }
 
-    fn add(
+    unsafe fn add(
         &self,
         key: Key,
         local: LocalHash,
@@ -94,21 +96,19 @@ impl<const DEPTH: usize> Layout for PositionArray<DEPTH> {
     ) -> ((), bool) {
         match self.position_or_create(key.pos) {
             Some(map) => ((), entries::add(map, key.canon, slot, guard)),
-            None => self.overflow.add(key, local, parent, slot, guard),
+            // SAFETY: the positional map's handles are `()`: it trusts nothing we pass.
+            None => unsafe { self.overflow.add(key, local, parent, slot, guard) },
         }
     }
 
-    fn remove(&self, key: Key, (): (), slot: Slot, guard: &LocalGuard<'_>) -> bool {
+    unsafe fn remove(&self, key: Key, (): (), slot: Slot, guard: &LocalGuard<'_>) -> bool {
         match self.positions.get(key.pos as usize) {
             Some(cell) => cell
                 .get()
                 .is_some_and(|map| entries::remove(map, key.canon, slot, guard)),
-            None => self.overflow.remove(key, (), slot, guard),
+            // SAFETY: as in `add`.
+            None => unsafe { self.overflow.remove(key, (), slot, guard) },
         }
-    }
-
-    fn find(&self, ctx: &QueryCtx<'_>, query: &[LocalHash]) -> OverlapScores {
-        ctx.jump_search(self, query)
     }
 
     fn entries(&self) -> usize {
@@ -165,8 +165,10 @@ mod tests {
             Key { pos: 900, canon: 7 },
         ];
         for key in keys {
-            assert!(layout.add(key, LocalHash(0), None, 5, &guard).1);
-            assert!(!layout.add(key, LocalHash(0), None, 5, &guard).1);
+            // SAFETY: this layout's handles are `()`: it trusts nothing passed back.
+            assert!(unsafe { layout.add(key, LocalHash(0), None, 5, &guard) }.1);
+            // SAFETY: this layout's handles are `()`: it trusts nothing passed back.
+            assert!(!unsafe { layout.add(key, LocalHash(0), None, 5, &guard) }.1);
         }
         assert_eq!(layout.entries(), 4);
         for key in keys {
@@ -174,7 +176,8 @@ mod tests {
                 layout.get(key, &guard).map(WorkerSet::as_slice),
                 Some(&[5][..])
             );
-            assert!(layout.remove(key, (), 5, &guard));
+            // SAFETY: this layout's handles are `()`: it trusts nothing passed back.
+            assert!(unsafe { layout.remove(key, (), 5, &guard) });
             assert!(layout.get(key, &guard).is_none());
         }
         assert_eq!(layout.entries(), 0);

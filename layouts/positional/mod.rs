@@ -6,13 +6,13 @@
 //! what makes the core's jump search possible.
 
 use super::entries::{self, EntryMap, entry_map};
-use crate::core::{ByPosition, Indexer, Key, Layout, QueryCtx, Slot, WorkerSet};
-use crate::scores::OverlapScores;
+use crate::core::{ByPosition, Indexer, JumpSearch, Key, Slot, Storage, WorkerSet};
 use crate::types::LocalHash;
 use papaya::LocalGuard;
 use std::sync::Arc; // sync-shim: papaya takes its collector as a std Arc
 
-/// The positional map layout. See the [module docs](self).
+/// The positional map layout: one concurrent map keyed by (position, canonical hash), read
+/// lock-free; queries jump search it with binary scan-back.
 pub struct PositionalMap {
     map: EntryMap<Key>,
 }
@@ -44,7 +44,8 @@ impl PositionalMap {
     }
 }
 
-impl Layout for PositionalMap {
+impl Storage for PositionalMap {
+    type Search = JumpSearch;
     type Guard<'a> = LocalGuard<'a>;
     type Handle = ();
 
@@ -53,7 +54,7 @@ impl Layout for PositionalMap {
         self.map.guard()
     }
 
-    fn add(
+    unsafe fn add(
         &self,
         key: Key,
         _: LocalHash,
@@ -64,12 +65,8 @@ impl Layout for PositionalMap {
         ((), entries::add(&self.map, key, slot, guard))
     }
 
-    fn remove(&self, key: Key, (): (), slot: Slot, guard: &LocalGuard<'_>) -> bool {
+    unsafe fn remove(&self, key: Key, (): (), slot: Slot, guard: &LocalGuard<'_>) -> bool {
         entries::remove(&self.map, key, slot, guard)
-    }
-
-    fn find(&self, ctx: &QueryCtx<'_>, query: &[LocalHash]) -> OverlapScores {
-        ctx.jump_search(self, query)
     }
 
     fn entries(&self) -> usize {
@@ -115,16 +112,22 @@ mod tests {
             })
             .collect();
         for (i, key) in keys.iter().enumerate() {
-            assert!(map.add(*key, LocalHash(0), None, 1, &guard).1);
+            // SAFETY: this layout's handles are `()`: it trusts nothing passed back.
+            assert!(unsafe { map.add(*key, LocalHash(0), None, 1, &guard) }.1);
             assert!(
-                map.add(*key, LocalHash(0), None, 2 + (i % 3) as u32, &guard)
-                    .1
+                // SAFETY: this layout's handles are `()`: it trusts nothing passed back.
+                unsafe { map.add(*key, LocalHash(0), None, 2 + (i % 3) as u32, &guard) }.1
             );
         }
         for (i, key) in keys.iter().enumerate() {
-            assert!(map.remove(*key, (), 1, &guard), "key {i} lost slot 1");
+            // SAFETY: this layout's handles are `()`: it trusts nothing passed back.
             assert!(
-                map.remove(*key, (), 2 + (i % 3) as u32, &guard),
+                unsafe { map.remove(*key, (), 1, &guard) },
+                "key {i} lost slot 1"
+            );
+            assert!(
+                // SAFETY: this layout's handles are `()`: it trusts nothing passed back.
+                unsafe { map.remove(*key, (), 2 + (i % 3) as u32, &guard) },
                 "key {i} lost its second slot"
             );
             assert!(map.get(*key, &guard).is_none());

@@ -13,10 +13,9 @@
 
 mod node;
 
-pub use node::{Node, NodeRef};
+use node::{Node, NodeRef};
 
-use crate::core::{Indexer, Key, Layout, QueryCtx, Slot, Tree, WorkerSet};
-use crate::scores::OverlapScores;
+use crate::core::{Indexer, Key, Slot, Storage, Tree, Walk, WorkerSet};
 use crate::sync::atomic::{AtomicU64, Ordering};
 use crate::types::LocalHash;
 use crossbeam_epoch::Guard;
@@ -55,7 +54,9 @@ fn mutated(guard: &Guard) {
     }
 }
 
-/// The radix tree layout. See the [module docs](self).
+/// The radix tree layout: nodes keyed by local hash under their parent, read lock-free and
+/// reclaimed through `crossbeam-epoch`, pruned as soon as they are empty; queries walk it from
+/// the root.
 pub struct RadixTree {
     root: Node,
     /// Linked nodes, the root excluded.
@@ -86,7 +87,8 @@ impl Drop for RadixTree {
     }
 }
 
-impl Layout for RadixTree {
+impl Storage for RadixTree {
+    type Search = Walk;
     type Guard<'a> = Guard;
     type Handle = NodeRef;
 
@@ -94,7 +96,7 @@ impl Layout for RadixTree {
         crossbeam_epoch::pin()
     }
 
-    fn add(
+    unsafe fn add(
         &self,
         _: Key,
         local: LocalHash,
@@ -116,7 +118,7 @@ impl Layout for RadixTree {
         (child.handle(), new)
     }
 
-    fn remove(&self, _: Key, handle: NodeRef, slot: Slot, guard: &Guard) -> bool {
+    unsafe fn remove(&self, _: Key, handle: NodeRef, slot: Slot, guard: &Guard) -> bool {
         // SAFETY: the core removes a slot only from the node it added it to and has not removed
         // it from since, so the worker is in the node (I1); `guard` pins the caller.
         let (removed, unlinked) = unsafe { handle.node().remove_from(slot, guard) };
@@ -125,10 +127,6 @@ impl Layout for RadixTree {
             self.nodes.fetch_sub(unlinked as u64, Ordering::Relaxed);
         }
         removed
-    }
-
-    fn find(&self, ctx: &QueryCtx<'_>, query: &[LocalHash]) -> OverlapScores {
-        ctx.walk(self, query)
     }
 
     fn entries(&self) -> usize {
@@ -180,21 +178,27 @@ mod tests {
         let tree = RadixTree::default();
         let guard = tree.guard();
         let key = Key { pos: 0, canon: 0 };
-        let (a, new) = tree.add(key, LocalHash(1), None, 7, &guard);
+        // SAFETY: I1 kept by hand: parents passed while their slot is in them, each slot removed once.
+        let (a, new) = unsafe { tree.add(key, LocalHash(1), None, 7, &guard) };
         assert!(new);
-        let (a2, new) = tree.add(key, LocalHash(1), None, 8, &guard);
+        // SAFETY: I1 kept by hand: parents passed while their slot is in them, each slot removed once.
+        let (a2, new) = unsafe { tree.add(key, LocalHash(1), None, 8, &guard) };
         assert!(new && a == a2, "one node per local hash under a parent");
-        let (b, _) = tree.add(key, LocalHash(2), Some(a), 7, &guard);
+        // SAFETY: I1 kept by hand: parents passed while their slot is in them, each slot removed once.
+        let (b, _) = unsafe { tree.add(key, LocalHash(2), Some(a), 7, &guard) };
         assert_eq!(tree.entries(), 2);
         assert!(
             tree.child(None, LocalHash(1), &guard)
                 .is_some_and(|n| n.handle() == a)
         );
-        assert!(tree.remove(key, b, 7, &guard));
+        // SAFETY: I1 kept by hand: parents passed while their slot is in them, each slot removed once.
+        assert!(unsafe { tree.remove(key, b, 7, &guard) });
         assert_eq!(tree.entries(), 1);
-        assert!(tree.remove(key, a, 7, &guard));
+        // SAFETY: I1 kept by hand: parents passed while their slot is in them, each slot removed once.
+        assert!(unsafe { tree.remove(key, a, 7, &guard) });
         assert_eq!(tree.entries(), 1, "slot 8 keeps the node");
-        assert!(tree.remove(key, a, 8, &guard));
+        // SAFETY: I1 kept by hand: parents passed while their slot is in them, each slot removed once.
+        assert!(unsafe { tree.remove(key, a, 8, &guard) });
         assert_eq!(tree.entries(), 0);
         assert!(tree.child(None, LocalHash(1), &guard).is_none());
     }

@@ -23,6 +23,7 @@ use crate::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed};
 use crate::sync::{Mutex, lock};
 use crate::types::LocalHash;
 use crossbeam_epoch::{Atomic, Guard, Owned, Shared};
+use std::ptr::NonNull;
 
 /// Children beyond this many move from a sorted array to a concurrent map: copying the array
 /// on every insert is quadratic at a fan-out of thousands (the last shared block of a system
@@ -39,8 +40,16 @@ pub struct Node {
     workers: Atomic<WorkerSet>,
     /// Null when there are none.
     children: Atomic<Children>,
-    /// Writers only. `true` once the node is unlinked.
-    lock: Mutex<bool>,
+    /// Writers' lock over the node; what it guards is whether the node is unlinked.
+    unlinked: Mutex<bool>,
+}
+
+impl std::fmt::Debug for Node {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Node")
+            .field("local", &self.local)
+            .finish_non_exhaustive()
+    }
 }
 
 /// A node's children. Changed only under the node's lock; read lock-free.
@@ -66,15 +75,10 @@ unsafe impl Send for Node {}
 // SAFETY: as above.
 unsafe impl Sync for Node {}
 
-/// A node pointer the core keeps for a reachable block (the layout's `Handle`).
+/// A node pointer the core keeps for a reachable block (the layout's `Handle`). Only
+/// [`Node::handle`] makes one, so it never dangles while I1 holds, and it is never null.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct NodeRef(*const Node);
-
-impl Default for NodeRef {
-    fn default() -> Self {
-        Self(std::ptr::null())
-    }
-}
+pub struct NodeRef(NonNull<Node>);
 
 // SAFETY: a `NodeRef` is only dereferenced under I1 (its worker is in the node), on whichever
 // thread applies that worker's events.
@@ -87,7 +91,7 @@ impl NodeRef {
     /// The caller's worker is in the node (I1).
     pub(super) unsafe fn node<'a>(self) -> &'a Node {
         // SAFETY: the caller upholds I1, so the node is linked and allocated.
-        unsafe { &*self.0 }
+        unsafe { self.0.as_ref() }
     }
 }
 
@@ -121,7 +125,7 @@ impl Node {
             parent,
             workers: Atomic::null(),
             children: Atomic::null(),
-            lock: Mutex::new(false),
+            unlinked: Mutex::new(false),
         }
     }
 
@@ -130,8 +134,8 @@ impl Node {
     }
 
     /// The handle the layout gives the core for this node.
-    pub fn handle(&self) -> NodeRef {
-        NodeRef(self)
+    pub(crate) fn handle(&self) -> NodeRef {
+        NodeRef(NonNull::from(self))
     }
 
     fn children<'g>(&self, guard: &'g Guard) -> Option<&'g Children> {
@@ -152,13 +156,13 @@ impl Node {
         unsafe { self.workers.load(Acquire, guard).as_ref() }
     }
 
-    /// Replaces the worker set. Caller holds `self.lock`.
+    /// Replaces the worker set. Caller holds `self.unlinked`.
     fn set_workers(&self, set: Option<WorkerSet>, guard: &Guard) {
         let new = set.map_or(Shared::null(), |s| Owned::new(s).into_shared(guard));
         self.retire(self.workers.swap(new, AcqRel, guard), guard);
     }
 
-    /// Replaces the children. Caller holds `self.lock`.
+    /// Replaces the children. Caller holds `self.unlinked`.
     fn set_children(&self, children: Option<Children>, guard: &Guard) {
         let new = children.map_or(Shared::null(), |c| Owned::new(c).into_shared(guard));
         self.retire(self.children.swap(new, AcqRel, guard), guard);
@@ -172,7 +176,7 @@ impl Node {
         }
     }
 
-    /// Links `child` under `local`. Caller holds `self.lock`.
+    /// Links `child` under `local`. Caller holds `self.unlinked`.
     fn link(&self, local: LocalHash, child: *const Node, guard: &Guard) {
         match self.children(guard) {
             Some(Children::Large(map)) => {
@@ -203,7 +207,7 @@ impl Node {
         }
     }
 
-    /// Unlinks `child` (key `local`). Caller holds `self.lock`.
+    /// Unlinks `child` (key `local`). Caller holds `self.unlinked`.
     fn unlink(&self, local: LocalHash, guard: &Guard) {
         match self.children(guard) {
             Some(Children::Large(map)) => {
@@ -235,7 +239,7 @@ impl Node {
         slot: Slot,
         guard: &'g Guard,
     ) -> (&'g Node, bool, bool) {
-        let parent_state = lock(&self.lock);
+        let parent_state = lock(&self.unlinked);
         debug_assert!(
             !*parent_state,
             "a node with a worker's reachable child is linked (I1, I2)"
@@ -249,7 +253,7 @@ impl Node {
                 (unsafe { &*child }, true)
             }
         };
-        let child_state = lock(&child.lock);
+        let child_state = lock(&child.unlinked);
         // Linked under our lock, so not dead: unlinking needs the parent's lock, which we hold.
         debug_assert!(!*child_state);
         let added = match child.workers(guard) {
@@ -274,8 +278,8 @@ impl Node {
     pub(super) unsafe fn remove_from(&self, slot: Slot, guard: &Guard) -> (bool, usize) {
         // SAFETY: I2: `self` is linked (it has our worker), so its parent is live.
         let parent = unsafe { &*self.parent };
-        let parent_state = lock(&parent.lock);
-        let state = lock(&self.lock);
+        let parent_state = lock(&parent.unlinked);
+        let state = lock(&self.unlinked);
         let Some(rest) = self.workers(guard).and_then(|set| set.without(slot).ok()) else {
             return (false, 0);
         };
@@ -295,8 +299,8 @@ impl Node {
             // SAFETY: I3: `node` was reached while pinned; its parent pointer was set at
             // creation and the parent stays allocated while we are pinned.
             let parent = unsafe { &*node.parent };
-            let parent_state = lock(&parent.lock);
-            let mut state = lock(&node.lock);
+            let parent_state = lock(&parent.unlinked);
+            let mut state = lock(&node.unlinked);
             if *state || node.workers(guard).is_some() || node.children(guard).is_some() {
                 return unlinked; // Already unlinked by another writer, or needed again.
             }

@@ -2,82 +2,156 @@
 //!
 //! A layout knows only *where* entries live: entries named by [`Key`] (position, canonical
 //! hash), each holding a [`WorkerSet`]. It never sees engine hashes, events or errors; the core
-//! decides what to add and remove, and in which order (see the reachable-only invariant in
-//! `workers.rs`). Searches live in the core too: a layout only says which one fits it, by
-//! implementing [`ByPosition`] (random access: jump search) or [`Tree`] (a walk from the root).
+//! decides what to add and remove, and in which order (the reachable-only invariant in
+//! `workers.rs`). Searches live in the core too: a layout names the one that fits it
+//! ([`seam::Storage::Search`]: [`seam::JumpSearch`] over [`seam::ByPosition`], or [`seam::Walk`]
+//! over a [`seam::Tree`]), and the core calls the layout only for entries.
+//!
+//! The seam is sealed: [`Layout`] is public so that [`Indexer<L>`](crate::Indexer) can be named,
+//! but its methods live on [`seam::Storage`], which outside code cannot name. A layout's
+//! handles (a tree node's address, say) are trusted by the layout, so the methods that take one
+//! are `unsafe fn`s whose contract is the core's invariant I1.
 
-pub use super::canon::Key;
-pub use super::search::QueryCtx;
-pub use super::worker_set::{Slot, WorkerSet};
-use crate::scores::OverlapScores;
-use crate::types::LocalHash;
+pub(crate) use super::canon::Key;
+pub(crate) use super::search::QueryCtx;
+pub(crate) use super::worker_set::{Slot, WorkerSet};
 
-/// Storage of entries -> workers, with lock-free reads.
+/// A storage layout: where the entries of an [`Indexer`](crate::Indexer) live.
 ///
-/// Writers for *different* slots may call `add` and `remove` concurrently, on the same entry
-/// too; calls for one slot are serialised by the core. Reads never block.
-pub trait Layout: Default + Send + Sync + 'static {
-    /// Keeps what readers see alive (an epoch or hazard guard).
-    type Guard<'a>
-    where
-        Self: 'a;
+/// Sealed: implemented by this crate's layouts ([`RadixTree`](crate::layouts::RadixTree),
+/// [`PositionalMap`](crate::layouts::PositionalMap),
+/// [`PositionArray`](crate::layouts::PositionArray)) and by nothing else, and with no methods
+/// that outside code can call.
+///
+/// ```
+/// use flash_indexer::layouts::RadixTree;
+///
+/// let tree = RadixTree::default();
+/// assert!(format!("{tree:?}").contains("RadixTree"));
+/// ```
+///
+/// Outside code cannot reach a node handle, nor call the seam's methods:
+///
+/// ```compile_fail
+/// use flash_indexer::layouts::radix::NodeRef;
+/// ```
+///
+/// ```compile_fail
+/// use flash_indexer::layouts::RadixTree;
+///
+/// let tree = RadixTree::default();
+/// let guard = tree.guard();
+/// ```
+///
+/// Through a generic bound `L: Layout` the seam's harmless methods (`guard`, `entries`) are
+/// visible, but the two that trust a handle, `add` and `remove`, are `unsafe fn`s whose safety
+/// contract only the core's per-worker state can keep.
+pub trait Layout: seam::Storage {}
 
-    /// What `add` returns and `remove` wants back: the entry itself for layouts that can hand
-    /// one out (a tree node), `()` for layouts that find entries by key. The core keeps it with
-    /// the block while the block is reachable, and passes a parent's handle when adding a child.
-    type Handle: Copy + Default + Send + Sync + 'static;
+impl<T: seam::Storage> Layout for T {}
 
-    /// Enters a read-side critical section.
-    fn guard(&self) -> Self::Guard<'_>;
+/// The seam itself, crate-private behind [`Layout`].
+pub(crate) mod seam {
+    use super::{Key, QueryCtx, Slot, WorkerSet};
+    use crate::scores::OverlapScores;
+    use crate::types::LocalHash;
 
-    /// Adds `slot` to the entry at `key`, whose block has local hash `local` and whose parent
-    /// entry is `parent` (`None`: position 0), creating the entry. Returns its handle and
-    /// whether `slot` was new there.
-    fn add(
-        &self,
-        key: Key,
-        local: LocalHash,
-        parent: Option<Self::Handle>,
-        slot: Slot,
-        guard: &Self::Guard<'_>,
-    ) -> (Self::Handle, bool);
+    /// Storage of entries -> workers, with lock-free reads.
+    ///
+    /// Writers for *different* slots may call `add` and `remove` concurrently, on the same entry
+    /// too; calls for one slot are serialised by the core. Reads never block.
+    pub trait Storage: Default + Send + Sync + 'static {
+        /// Keeps what readers see alive (an epoch or hazard guard).
+        type Guard<'a>
+        where
+            Self: 'a;
 
-    /// Removes `slot` from the entry at `key` (with the handle `add` returned), dropping the
-    /// entry when nothing needs it any more. Returns `false` when `slot` was not there.
-    fn remove(&self, key: Key, handle: Self::Handle, slot: Slot, guard: &Self::Guard<'_>) -> bool;
+        /// What `add` returns and `remove` wants back: the entry itself for layouts that can
+        /// hand one out (a tree node), `()` for layouts that find entries by key. The core keeps
+        /// it with the block while the block is reachable, and passes a parent's handle when
+        /// adding a child; the layout trusts it.
+        type Handle: Copy + Send + Sync + 'static;
 
-    /// Answers a query with the core's search that fits this layout:
-    /// [`QueryCtx::jump_search`] or [`QueryCtx::walk`].
-    fn find(&self, ctx: &QueryCtx<'_>, query: &[LocalHash]) -> OverlapScores;
+        /// The core's search that fits this layout.
+        type Search: Search<Self>;
 
-    /// Number of entries (for memory accounting and leak tests).
-    fn entries(&self) -> usize;
-}
+        /// Enters a read-side critical section.
+        fn guard(&self) -> Self::Guard<'_>;
 
-/// A layout with random access by key: the core's jump search with binary scan-back fits it.
-pub trait ByPosition: Layout {
-    /// The workers at `key`.
-    fn get<'g>(&'g self, key: Key, guard: &'g Self::Guard<'_>) -> Option<&'g WorkerSet>;
-}
+        /// Adds `slot` to the entry at `key`, whose block has local hash `local` and whose
+        /// parent entry is `parent` (`None`: position 0), creating the entry. Returns its handle
+        /// and whether `slot` was new there.
+        ///
+        /// # Safety
+        /// `parent`, if any, is a handle this layout's `add` returned for an entry that holds
+        /// `slot` now (I1: a worker is in its reachable blocks' entries), so the entry is live.
+        unsafe fn add(
+            &self,
+            key: Key,
+            local: LocalHash,
+            parent: Option<Self::Handle>,
+            slot: Slot,
+            guard: &Self::Guard<'_>,
+        ) -> (Self::Handle, bool);
 
-/// A layout that is a tree of entries keyed by local hash under their parent: the core walks it
-/// from the root.
-pub trait Tree: Layout {
-    /// A node of the tree.
-    type Node;
+        /// Removes `slot` from the entry at `key` (with the handle `add` returned), dropping
+        /// the entry when nothing needs it any more. Returns `false` when `slot` was not there.
+        ///
+        /// # Safety
+        /// `handle` is what this layout's `add` returned for `key` and `slot`, and `slot` has
+        /// not been removed from that entry since (I1), so the entry is live.
+        unsafe fn remove(
+            &self,
+            key: Key,
+            handle: Self::Handle,
+            slot: Slot,
+            guard: &Self::Guard<'_>,
+        ) -> bool;
 
-    /// The child of `parent` (`None`: the root) with local hash `local`.
-    fn child<'g>(
-        &'g self,
-        parent: Option<&'g Self::Node>,
-        local: LocalHash,
-        guard: &'g Self::Guard<'_>,
-    ) -> Option<&'g Self::Node>;
+        /// Number of entries (for memory accounting and leak tests).
+        fn entries(&self) -> usize;
+    }
 
-    /// The workers of `node`.
-    fn workers<'g>(
-        &'g self,
-        node: &'g Self::Node,
-        guard: &'g Self::Guard<'_>,
-    ) -> Option<&'g WorkerSet>;
+    /// A search of the core over layouts of type `L`.
+    pub trait Search<L: ?Sized> {
+        /// Every worker's matched depth for `query`.
+        fn find(layout: &L, ctx: &QueryCtx<'_>, query: &[LocalHash]) -> OverlapScores;
+    }
+
+    /// Jump search with binary scan-back, for layouts with random access by key.
+    #[derive(Debug)]
+    pub enum JumpSearch {}
+
+    /// A walk from the root, for trees.
+    #[derive(Debug)]
+    pub enum Walk {}
+
+    /// A layout with random access by key: the core's jump search with binary scan-back fits
+    /// it.
+    pub trait ByPosition: Storage {
+        /// The workers at `key`.
+        fn get<'g>(&'g self, key: Key, guard: &'g Self::Guard<'_>) -> Option<&'g WorkerSet>;
+    }
+
+    /// A layout that is a tree of entries keyed by local hash under their parent: the core
+    /// walks it from the root.
+    pub trait Tree: Storage {
+        /// A node of the tree.
+        type Node;
+
+        /// The child of `parent` (`None`: the root) with local hash `local`.
+        fn child<'g>(
+            &'g self,
+            parent: Option<&'g Self::Node>,
+            local: LocalHash,
+            guard: &'g Self::Guard<'_>,
+        ) -> Option<&'g Self::Node>;
+
+        /// The workers of `node`.
+        fn workers<'g>(
+            &'g self,
+            node: &'g Self::Node,
+            guard: &'g Self::Guard<'_>,
+        ) -> Option<&'g WorkerSet>;
+    }
 }

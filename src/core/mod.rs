@@ -6,16 +6,18 @@
 //! (`search.rs`).
 
 mod canon;
-pub mod layout;
+pub(crate) mod layout;
 mod search;
 mod slots;
 mod worker_set;
 mod workers;
 
-pub use canon::Key;
-pub use layout::{ByPosition, Layout, QueryCtx, Tree};
+pub(crate) use canon::Key;
+pub use layout::Layout;
+pub(crate) use layout::QueryCtx;
+pub(crate) use layout::seam::{ByPosition, JumpSearch, Search, Storage, Tree, Walk};
 pub use search::MAX_JUMP;
-pub use worker_set::{Slot, WorkerSet};
+pub(crate) use worker_set::{Slot, WorkerSet};
 
 use crate::error::EventError;
 use crate::index::KvIndex;
@@ -92,11 +94,6 @@ impl<L: Layout> Indexer<L> {
     /// The search's jump.
     pub fn jump(&self) -> u32 {
         self.jump
-    }
-
-    /// The storage layout.
-    pub fn layout(&self) -> &L {
-        &self.layout
     }
 
     /// Entries of the layout (map entries, or tree nodes): what memory follows.
@@ -178,7 +175,7 @@ impl<L: Layout> KvIndex for Indexer<L> {
             canon: &self.canon,
             jump: self.jump,
         };
-        self.layout.find(&ctx, query)
+        L::Search::find(&self.layout, &ctx, query)
     }
 
     fn remove_worker(&self, id: u64) {

@@ -20,8 +20,8 @@
 //! appears mid-query never stands in for one that left.
 
 use super::canon::{Canon, Key};
-use super::layout::{ByPosition, Tree};
-use super::slots::Names;
+use super::layout::seam::{ByPosition, JumpSearch, Search, Tree, Walk};
+use super::slots::{Names, PinnedNames};
 use super::worker_set::Slot;
 use crate::scores::OverlapScores;
 use crate::types::LocalHash;
@@ -29,10 +29,11 @@ use crate::types::LocalHash;
 /// The largest jump the search supports (the window of canonical hashes lives on the stack).
 pub const MAX_JUMP: u32 = 256;
 
-struct Search<'a, 'g, L: ByPosition> {
+/// One query's jump search: the layout, the pinned names and the window of canonical keys.
+struct ScanBack<'a, 'g, L: ByPosition> {
     layout: &'a L,
     guard: &'a L::Guard<'g>,
-    names: &'a Names,
+    names: &'a PinnedNames<'a>,
     /// Canonical hashes of the current window: `window[i]` is position `lo + i`.
     window: [u64; MAX_JUMP as usize + 1],
     lo: u32,
@@ -100,7 +101,7 @@ fn is_subset(mut small: &[Slot], mut big: &[Slot]) -> bool {
     }
 }
 
-impl<L: ByPosition> Search<'_, '_, L> {
+impl<L: ByPosition> ScanBack<'_, '_, L> {
     /// `slots` were present at `lo` and absent at `hi`: find each one's last position.
     fn scan_back(&mut self, slots: &mut [Slot], lo: u32, hi: u32) {
         if slots.is_empty() {
@@ -128,23 +129,24 @@ impl<L: ByPosition> Search<'_, '_, L> {
     }
 }
 
-/// What a layout's [`find`](super::Layout::find) gets from the core: the means to run the core's
-/// searches (canonical hashes, worker names, the configured jump).
+/// What a search needs of the index besides the layout: canonical hashes, worker names, the
+/// configured jump.
+#[derive(Debug)]
 pub struct QueryCtx<'a> {
     pub(crate) names: &'a Names,
     pub(crate) canon: &'a Canon,
     pub(crate) jump: u32,
 }
 
-impl QueryCtx<'_> {
-    /// Jump search with binary scan-back over a layout with random access by key.
-    pub fn jump_search<L: ByPosition>(&self, layout: &L, query: &[LocalHash]) -> OverlapScores {
-        jump_search(layout, self.names, self.canon, query, self.jump)
+impl<L: ByPosition> Search<L> for JumpSearch {
+    fn find(layout: &L, ctx: &QueryCtx<'_>, query: &[LocalHash]) -> OverlapScores {
+        jump_search(layout, ctx.names, ctx.canon, query, ctx.jump)
     }
+}
 
-    /// A walk from the root of a tree layout, one child per query position.
-    pub fn walk<L: Tree>(&self, layout: &L, query: &[LocalHash]) -> OverlapScores {
-        walk(layout, self.names, query)
+impl<L: Tree> Search<L> for Walk {
+    fn find(layout: &L, ctx: &QueryCtx<'_>, query: &[LocalHash]) -> OverlapScores {
+        walk(layout, ctx.names, query)
     }
 }
 
@@ -155,8 +157,8 @@ fn walk<L: Tree>(layout: &L, names: &Names, query: &[LocalHash]) -> OverlapScore
     let Some(&first) = query.first() else {
         return scores;
     };
-    // Pin before reading any slot: slots are reused only after every pinned query ends.
-    let _epoch = crossbeam_epoch::pin();
+    // Pinned before any slot is read: slots are reused only after every pinned query ends.
+    let names = names.pin();
     let guard = layout.guard();
     let Some(mut node) = layout.child(None, first, &guard) else {
         return scores;
@@ -204,13 +206,13 @@ fn jump_search<L: ByPosition>(
         return OverlapScores::new();
     };
     let n = u32::try_from(query.len()).unwrap_or(u32::MAX);
-    // Pin before reading any slot: slots are reused only after every pinned query ends.
-    let _epoch = crossbeam_epoch::pin();
+    // Pinned before any slot is read: slots are reused only after every pinned query ends.
+    let names = names.pin();
     let guard = layout.guard();
-    let mut search = Search {
+    let mut search = ScanBack {
         layout,
         guard: &guard,
-        names,
+        names: &names,
         window: [0; MAX_JUMP as usize + 1],
         lo: 0,
         scores: OverlapScores::new(),

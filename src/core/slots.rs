@@ -69,11 +69,38 @@ impl Names {
         rank.store(worker.dp_rank, Ordering::Relaxed);
     }
 
-    /// The worker a slot names. Only meaningful for slots read from a layout under a pinned
-    /// epoch guard.
+    /// Pins the epoch, so that no slot read from a layout from now on is reused (and renamed)
+    /// before the returned guard is dropped: names can only be read through it.
+    pub(crate) fn pin(&self) -> PinnedNames<'_> {
+        PinnedNames {
+            names: self,
+            _epoch: crossbeam_epoch::pin(),
+        }
+    }
+}
+
+impl std::fmt::Debug for Names {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let segments = self.segments.iter().filter(|s| s.get().is_some()).count();
+        f.debug_struct("Names")
+            .field("segments", &segments)
+            .finish()
+    }
+}
+
+/// Slot names under a pinned epoch: a slot read from a layout while this guard lives names the
+/// same worker until the guard is dropped, because retired slots return to the free list only
+/// through the epoch.
+pub(crate) struct PinnedNames<'a> {
+    names: &'a Names,
+    _epoch: crossbeam_epoch::Guard,
+}
+
+impl PinnedNames<'_> {
+    /// The worker `slot` names.
     #[inline]
     pub(crate) fn name(&self, slot: Slot) -> Worker {
-        let (id, rank) = self.cell(slot);
+        let (id, rank) = self.names.cell(slot);
         Worker::new(id.load(Ordering::Relaxed), rank.load(Ordering::Relaxed))
     }
 }

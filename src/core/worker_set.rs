@@ -1,7 +1,7 @@
 //! The immutable set of workers stored in one layout entry.
 
 /// A worker's dense index (see `slots.rs`).
-pub type Slot = u32;
+pub(crate) type Slot = u32;
 
 /// The workers holding one (position, canonical hash) entry: a sorted, duplicate-free list of
 /// slots. Entries are immutable; a writer replaces the whole set atomically (copy on write),

@@ -39,8 +39,8 @@ struct Held<H> {
     /// Position, valid when `REACHABLE`.
     pos: u32,
     flags: u8,
-    /// The layout's handle of the entry, valid when `REACHABLE`.
-    handle: H,
+    /// The layout's handle of the entry, while `REACHABLE`.
+    handle: Option<H>,
 }
 
 const HAS_PARENT: u8 = 1;
@@ -60,7 +60,7 @@ impl<H: Copy> Held<H> {
     }
 
     fn reach_handle(&self) -> Option<(Key, H)> {
-        self.reach().map(|key| (key, self.handle))
+        self.reach().zip(self.handle)
     }
 }
 
@@ -167,7 +167,7 @@ impl<L: Layout> WorkerState<L> {
             child: SeqHash(0),
             pos: 0,
             flags: 0,
-            handle: L::Handle::default(),
+            handle: None,
         };
         if let Some(p) = parent {
             held.parent = p;
@@ -215,15 +215,17 @@ impl<L: Layout> WorkerState<L> {
                     .expect("attach: parent is reachable")
             });
             let key = canon.child(parent.map(|(key, _)| key), held.local);
+            // SAFETY: the parent's handle is kept only while the parent is reachable, and a
+            // reachable block's entry holds this worker's slot (I1).
             let (handle, new) =
-                layout.add(key, held.local, parent.map(|(_, h)| h), self.slot, guard);
+                unsafe { layout.add(key, held.local, parent.map(|(_, h)| h), self.slot, guard) };
             if !new {
                 *self.extra.entry(key).or_insert(0) += 1;
             }
             let entry = self.blocks.get_mut(&seq).expect("attach: held");
             entry.pos = key.pos;
             entry.canon = key.canon;
-            entry.handle = handle;
+            entry.handle = Some(handle);
             entry.flags |= REACHABLE;
             self.children(seq, &mut stack);
         }
@@ -244,6 +246,7 @@ impl<L: Layout> WorkerState<L> {
             let held = self.blocks.get_mut(&seq).expect("detach: held");
             if let Some((key, handle)) = held.reach_handle() {
                 held.flags &= !REACHABLE;
+                held.handle = None;
                 self.unref(layout, guard, key, handle);
             }
         }
@@ -256,7 +259,9 @@ impl<L: Layout> WorkerState<L> {
                 self.extra.remove(&key);
             }
             None => {
-                layout.remove(key, handle, self.slot, guard);
+                // SAFETY: `handle` is what `add` returned for `key` when the block became
+                // reachable, and the slot leaves that entry only here, once (I1).
+                unsafe { layout.remove(key, handle, self.slot, guard) };
             }
         }
     }

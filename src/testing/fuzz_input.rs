@@ -2,9 +2,9 @@
 //! that replays the committed corpus and regressions, so both run exactly the same case.
 
 use super::check::check_ops;
+use super::enabled_layouts;
 use super::step::Step;
 use super::universe::Universe;
-use crate::layouts;
 use arbitrary::{Arbitrary, Unstructured};
 
 /// Steps beyond this many are ignored (keeps each fuzz run short).
@@ -28,7 +28,7 @@ pub fn run_fuzz_input(data: &[u8]) -> Result<(), String> {
     let Some((universe, steps)) = decode_fuzz_input(data) else {
         return Ok(());
     };
-    for layout in layouts::enabled() {
+    for layout in enabled_layouts() {
         let mut universe = universe.clone();
         let ops = universe.ops(&steps);
         let workers: Vec<_> = universe.workers().collect();
@@ -54,7 +54,7 @@ pub fn run_decode_input(data: &[u8]) -> Result<(), String> {
         };
         let mapped = EventMapper::new(1, MapConfig::default()).map(&batch, 0);
         let naive = NaiveIndexer::default();
-        let layouts: Vec<_> = layouts::enabled()
+        let layouts: Vec<_> = enabled_layouts()
             .iter()
             .map(|l| (l.name, (l.make)()))
             .collect();

@@ -22,6 +22,7 @@ mod alloc;
 mod check;
 #[cfg(feature = "arbitrary")]
 mod fuzz_input;
+mod layouts;
 mod runner;
 mod step;
 mod universe;
@@ -33,6 +34,7 @@ pub use check::{Divergence, Op, check_ops};
 pub use fuzz_input::run_decode_input;
 #[cfg(feature = "arbitrary")]
 pub use fuzz_input::{MAX_FUZZ_STEPS, decode_fuzz_input, run_fuzz_input};
+pub use layouts::{IndexFactory, enabled_layouts};
 pub use runner::{
     Profile, agrees_with_reference, agrees_with_reference_using, assert_agrees_with_reference,
     assert_agrees_with_reference_using,
