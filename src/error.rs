@@ -1,4 +1,4 @@
-//! Why an event was rejected (SPEC §2).
+//! Why an event was rejected (see [the contract](crate::docs::contract)).
 
 use crate::types::SeqHash;
 use core::fmt;

@@ -1,4 +1,4 @@
-//! Block hashing compatible with Dynamo's router (SPEC §5).
+//! Block hashing compatible with Dynamo's router (see [the contract](crate::docs::contract)).
 //!
 //! ```
 //! use flash_indexer::hash::{local_hashes, seq_hashes};

@@ -1,4 +1,4 @@
-//! The trait every index implements (SPEC §4).
+//! The trait every index implements (see [the contract](crate::docs::contract)).
 
 use crate::error::EventError;
 use crate::scores::OverlapScores;

@@ -1,8 +1,8 @@
-//! The vocabulary of the contract (SPEC §1-§2): hashes, workers, blocks and events.
+//! The vocabulary of the contract (see [the contract](crate::docs::contract)): hashes, workers, blocks and events.
 
 use core::fmt;
 
-/// Hash of the tokens inside one block only (SPEC §1).
+/// Hash of the tokens inside one block only (see [the contract](crate::docs::contract)).
 ///
 /// The router computes it from tokens on the query side ([`crate::hash::local_hashes`]); the
 /// engine's publisher computes the same value for its events.
@@ -14,7 +14,7 @@ use core::fmt;
 )]
 pub struct LocalHash(pub u64);
 
-/// The engine's identity for a block *and its whole prefix* (SPEC §1).
+/// The engine's identity for a block *and its whole prefix* (see [the contract](crate::docs::contract)).
 ///
 /// Opaque: the index never assumes how an engine computed it. It is only a handle, used as the
 /// parent of stores and to name the blocks of removes.
@@ -90,7 +90,7 @@ impl Block {
     }
 }
 
-/// One KV event published by a worker (SPEC §2).
+/// One KV event published by a worker (see [the contract](crate::docs::contract)).
 #[derive(Clone, PartialEq, Eq, Debug)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct Event {

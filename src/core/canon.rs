@@ -1,6 +1,6 @@
 //! Canonical sequence hashes: the core's own identity of a prefix, independent of the engine.
 //!
-//! Engines' sequence hashes are opaque (SPEC §1), so layouts cannot key on them: a query has only
+//! Engines' sequence hashes are opaque (see [the contract](crate::docs::contract)), so layouts cannot key on them: a query has only
 //! local hashes. The core names the prefix `query[..=i]` by `canon_i = mix(canon_{i-1},
 //! query[i])`, computed the same way on the write side from a block's parent. The mix is a
 //! folded 64x64->128 multiply (about one nanosecond a step) keyed by two secrets drawn per
@@ -31,18 +31,11 @@ pub(crate) struct Canon {
 impl Canon {
     /// A mix keyed by `seed` (expanded with splitmix64 into the two secrets and the root).
     pub(crate) fn new(seed: u64) -> Self {
-        let mut state = seed;
-        let mut next = || {
-            state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
-            let mut z = state;
-            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-            z ^ (z >> 31)
-        };
+        let mut rng = crate::mix::SplitMix64(seed);
         Self {
-            k0: next(),
-            k1: next() | 1,
-            root: next(),
+            k0: rng.next_u64(),
+            k1: rng.next_u64() | 1,
+            root: rng.next_u64(),
         }
     }
 
@@ -75,6 +68,7 @@ impl Canon {
 
     /// The canonical hash of position 0 of a query starting with `local`.
     #[inline]
+    #[cfg_attr(not(any(feature = "positional", feature = "array")), allow(dead_code))]
     pub(crate) fn first(&self, local: LocalHash) -> u64 {
         self.step(self.root, local)
     }
