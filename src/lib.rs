@@ -6,6 +6,7 @@
 //! worker with the longest cached prefix.
 //!
 //! # Contents
+//! - [`docs::contract`]: what every index guarantees, and the invariants behind it.
 //! - [`KvIndex`]: the trait every index implements; [`Event`], [`EventError`], [`OverlapScores`].
 //! - [`hash`]: block hashing compatible with Dynamo's router.
 //! - [`NaiveIndexer`]: the contract written literally; the oracle of every test.
@@ -32,12 +33,16 @@
 #![warn(missing_docs)]
 
 mod core;
+#[cfg(not(loom))]
+mod counters;
+pub mod docs;
 mod error;
 pub mod hash;
 mod index;
 #[cfg(all(feature = "vllm", not(loom)))]
 pub mod ingest;
 mod latch;
+mod mix;
 mod naive;
 #[cfg(not(loom))]
 pub mod pool;

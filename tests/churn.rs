@@ -18,10 +18,7 @@ const PREFIX: u64 = 32;
 const SUFFIX: u64 = 16;
 
 fn mix(x: u64) -> u64 {
-    let mut z = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
+    flash_indexer::testing::splitmix64(x.wrapping_add(flash_indexer::testing::GOLDEN))
 }
 
 /// One cycle: every worker stores the shared prefixes (same local hashes for all, its own seq

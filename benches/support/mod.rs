@@ -27,19 +27,5 @@ pub(crate) fn indexes(with_naive: bool) -> Vec<IndexFactory> {
     out
 }
 
-/// A small deterministic generator (splitmix64), so that every run measures the same data.
-pub(crate) struct Rng(pub u64);
-
-impl Rng {
-    pub(crate) fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    pub(crate) fn below(&mut self, n: u64) -> u64 {
-        self.next_u64() % n.max(1)
-    }
-}
+/// The deterministic generator, so that every run measures the same data.
+pub(crate) use flash_indexer::testing::SplitMix64 as Rng;

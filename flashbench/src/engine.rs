@@ -12,6 +12,7 @@
 use crate::trace::{Request, TOKENS_PER_HASH_ID};
 use crate::workload::{FORMAT, Header, Op, VERSION, Workload, op_of_event};
 use flash_indexer::hash::local_hashes;
+use flash_indexer::testing::{GOLDEN, splitmix64};
 use flash_indexer::{Block, Event, LocalHash, SeqHash, Worker};
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, HashMap};
@@ -50,10 +51,7 @@ impl Default for EngineConfig {
 }
 
 fn mix(a: u64, b: u64) -> u64 {
-    let mut z = a ^ b.rotate_left(32) ^ 0x9e37_79b9_7f4a_7c15;
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
+    splitmix64(a ^ b.rotate_left(32) ^ GOLDEN)
 }
 
 /// One cached block of one engine.

@@ -27,6 +27,7 @@ mod runner;
 mod step;
 mod universe;
 
+pub use crate::mix::{GOLDEN, SplitMix64, splitmix64};
 #[cfg(not(loom))]
 pub use alloc::{CountingAlloc, collect_garbage};
 pub use check::{Divergence, Op, check_ops};

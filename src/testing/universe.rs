@@ -120,11 +120,8 @@ impl Universe {
     }
 
     fn mix(&self, a: u64, b: u64) -> u64 {
-        // splitmix64 finaliser over a combination; only needs to be deterministic and spread.
-        let mut z = a ^ b.rotate_left(29) ^ self.seed.wrapping_mul(0x9e37_79b9_7f4a_7c15);
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
+        // Only needs to be deterministic and spread.
+        crate::mix::splitmix64(a ^ b.rotate_left(29) ^ self.seed.wrapping_mul(crate::mix::GOLDEN))
     }
 
     /// The local hash of block `pos` of path `p`.
