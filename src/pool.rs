@@ -21,7 +21,7 @@ use crate::index::KvIndex;
 use crate::latch::Latch;
 use crate::scores::OverlapScores;
 use crate::sync::Arc;
-use crate::sync::atomic::{AtomicU64, Ordering};
+use crate::sync::atomic::Ordering;
 use crate::types::{Event, LocalHash, Worker};
 use core::fmt;
 use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel}; // sync-shim: the pool is not built under loom; its latch is modelled
@@ -67,20 +67,20 @@ impl fmt::Display for SubmitError {
 
 impl std::error::Error for SubmitError {}
 
-/// Counters of a [`WriterPool`], read with [`WriterPool::stats`].
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct PoolStats {
-    /// Events applied without error.
-    pub applied: u64,
-    /// `Removed` events applied with an [`EventError::UnknownBlocks`] warning.
-    pub warned_unknown_blocks: u64,
-    /// Events rejected with [`EventError::UnknownParent`] (nothing changed).
-    pub rejected_unknown_parent: u64,
-    /// Events rejected with [`EventError::InvalidSequence`].
-    pub rejected_invalid_sequence: u64,
-    /// Events rejected with [`EventError::Conflict`].
-    pub rejected_conflict: u64,
+crate::counters::counters! {
+    /// Counters of a [`WriterPool`], read with [`WriterPool::stats`].
+    PoolStats, Counters {
+        /// Events applied without error.
+        applied,
+        /// `Removed` events applied with an [`EventError::UnknownBlocks`] warning.
+        warned_unknown_blocks,
+        /// Events rejected with [`EventError::UnknownParent`] (nothing changed).
+        rejected_unknown_parent,
+        /// Events rejected with [`EventError::InvalidSequence`].
+        rejected_invalid_sequence,
+        /// Events rejected with [`EventError::Conflict`].
+        rejected_conflict,
+    }
 }
 
 impl PoolStats {
@@ -88,15 +88,6 @@ impl PoolStats {
     pub fn rejected(&self) -> u64 {
         self.rejected_unknown_parent + self.rejected_invalid_sequence + self.rejected_conflict
     }
-}
-
-#[derive(Default)]
-struct Counters {
-    applied: AtomicU64,
-    warned_unknown_blocks: AtomicU64,
-    rejected_unknown_parent: AtomicU64,
-    rejected_invalid_sequence: AtomicU64,
-    rejected_conflict: AtomicU64,
 }
 
 impl Counters {
@@ -224,15 +215,7 @@ impl<I: KvIndex + ?Sized + 'static> WriterPool<I> {
 
     /// A snapshot of the counters.
     pub fn stats(&self) -> PoolStats {
-        let c = &*self.counters;
-        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        PoolStats {
-            applied: get(&c.applied),
-            warned_unknown_blocks: get(&c.warned_unknown_blocks),
-            rejected_unknown_parent: get(&c.rejected_unknown_parent),
-            rejected_invalid_sequence: get(&c.rejected_invalid_sequence),
-            rejected_conflict: get(&c.rejected_conflict),
-        }
+        self.counters.snapshot()
     }
 
     /// Writer threads.

@@ -5,74 +5,54 @@ use std::fmt;
 use crate::sync::atomic::{AtomicU64, Ordering};
 use crate::sync::{Mutex, lock};
 
-/// Declares [`IngestStats`] and the atomic counters behind it from one list of fields.
-macro_rules! counters {
-    ($($(#[$doc:meta])* $name:ident,)*) => {
-        /// Counters of a [`Subscriber`](super::Subscriber), read with
-        /// [`Subscriber::stats`](super::Subscriber::stats). Every counter saturates at
-        /// `u64::MAX` instead of wrapping.
-        #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-        #[non_exhaustive]
-        pub struct IngestStats {
-            $($(#[$doc])* pub $name: u64,)*
-        }
-
-        #[derive(Default)]
-        pub(crate) struct Counters {
-            $(pub(crate) $name: AtomicU64,)*
-        }
-
-        impl Counters {
-            pub(crate) fn snapshot(&self) -> IngestStats {
-                IngestStats { $($name: self.$name.load(Ordering::Relaxed),)* }
-            }
-        }
-    };
-}
-
-counters! {
-    /// Connections whose handshake completed: first connections and reconnections.
-    connected,
-    /// Connections dropped: the engine went away, or sent a message over
-    /// [`SubscriberConfig::max_message_size`](super::SubscriberConfig::max_message_size) (ZeroMQ
-    /// does not say which).
-    disconnects,
-    /// Payloads decoded and handed to the pool, live or replayed.
-    batches,
-    /// Index events submitted to the pool.
-    events,
-    /// Messages that were not `[topic, 8-byte seq, payload]`.
-    bad_frames,
-    /// Messages whose worker could not be resolved (no worker on the endpoint and a topic the
-    /// resolver did not map, or a bound endpoint already tracking its maximum of topics).
-    unresolved_topics,
-    /// Payloads that failed to decode (nothing of them applied).
-    decode_errors,
-    /// Events of unknown types, skipped.
-    unknown_events,
-    /// Events of tiers or groups the configuration filters out.
-    filtered_events,
-    /// Events rejected by the mapping (tokens not whole blocks, ...).
-    rejected_events,
-    /// Sequence gaps seen.
-    gaps,
-    /// Messages recovered through replay to fill gaps.
-    replayed,
-    /// Messages lost: skipped sequence numbers that no replay filled.
-    lost,
-    /// Sequence numbers that went backwards outside a replay: engine restarts.
-    restarts,
-    /// Resynchronizations: the engine's workers cleared and rebuilt from its replay buffer
-    /// (after every connection, restart and unrepaired loss).
-    resyncs,
-    /// Batches rebuilt by resynchronizations.
-    resync_batches,
-    /// Live messages skipped because a resynchronization had applied them already.
-    skipped,
-    /// Replays given up: no end marker within
-    /// [`SubscriberConfig::replay_timeout`](super::SubscriberConfig::replay_timeout), or a replay
-    /// socket that never came up.
-    replays_abandoned,
+crate::counters::counters! {
+    /// Counters of a [`Subscriber`](super::Subscriber), read with
+    /// [`Subscriber::stats`](super::Subscriber::stats). Every counter saturates at `u64::MAX`
+    /// instead of wrapping.
+    IngestStats, Counters {
+        /// Connections whose handshake completed: first connections and reconnections.
+        connected,
+        /// Connections dropped: the engine went away, or sent a message over
+        /// [`SubscriberConfig::max_message_size`](super::SubscriberConfig::max_message_size) (ZeroMQ
+        /// does not say which).
+        disconnects,
+        /// Payloads decoded and handed to the pool, live or replayed.
+        batches,
+        /// Index events submitted to the pool.
+        events,
+        /// Messages that were not `[topic, 8-byte seq, payload]`.
+        bad_frames,
+        /// Messages whose worker could not be resolved (no worker on the endpoint and a topic the
+        /// resolver did not map, or a bound endpoint already tracking its maximum of topics).
+        unresolved_topics,
+        /// Payloads that failed to decode (nothing of them applied).
+        decode_errors,
+        /// Events of unknown types, skipped.
+        unknown_events,
+        /// Events of tiers or groups the configuration filters out.
+        filtered_events,
+        /// Events rejected by the mapping (tokens not whole blocks, ...).
+        rejected_events,
+        /// Sequence gaps seen.
+        gaps,
+        /// Messages recovered through replay to fill gaps.
+        replayed,
+        /// Messages lost: skipped sequence numbers that no replay filled.
+        lost,
+        /// Sequence numbers that went backwards outside a replay: engine restarts.
+        restarts,
+        /// Resynchronizations: the engine's workers cleared and rebuilt from its replay buffer
+        /// (after every connection, restart and unrepaired loss).
+        resyncs,
+        /// Batches rebuilt by resynchronizations.
+        resync_batches,
+        /// Live messages skipped because a resynchronization had applied them already.
+        skipped,
+        /// Replays given up: no end marker within
+        /// [`SubscriberConfig::replay_timeout`](super::SubscriberConfig::replay_timeout), or a replay
+        /// socket that never came up.
+        replays_abandoned,
+    }
 }
 
 /// Adds `by`, saturating at `u64::MAX`.
