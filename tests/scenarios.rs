@@ -1,39 +1,54 @@
-//! One scenario per sentence of SPEC §2-§4, run against every index type.
+//! One scenario per sentence of the contract's events, queries and concurrency rules, run
+//! against every index type.
 //!
 //! The cases live in `scenarios/cases.rs`, written once; `scenarios!` instantiates them in one
-//! module per index type, so a new layout joins every scenario with one line.
+//! module per index, so a new layout joins every scenario with one line. The list is checked
+//! against [`testing::enabled_layouts`], so the two registries cannot drift apart.
 
 use flash_indexer::*;
 
 macro_rules! scenarios {
-    ($($name:ident: $index:ty),* $(,)?) => {$(
-        mod $name {
-            use super::*;
-            fn index() -> $index {
-                <$index>::default()
+    ($($(#[$cfg:meta])* $label:literal => $name:ident: $index:ty = $make:expr,)*) => {
+        $(
+            $(#[$cfg])*
+            mod $name {
+                use super::*;
+                fn index() -> $index {
+                    $make
+                }
+                include!("scenarios/cases.rs");
             }
-            include!("scenarios/cases.rs");
+        )*
+
+        /// The layouts that have scenarios, by their registry names.
+        #[allow(unused_mut, clippy::vec_init_then_push)]
+        fn scenario_layouts() -> Vec<&'static str> {
+            let mut out = Vec::new();
+            $($(#[$cfg])* out.push($label);)*
+            out
         }
-    )*};
+    };
 }
 
 scenarios! {
-    naive: NaiveIndexer,
-}
-
-#[cfg(feature = "positional")]
-scenarios! {
-    positional: PositionalIndexer,
-}
-
-#[cfg(feature = "array")]
-scenarios! {
-    array: ArrayIndexer,
+    "naive" => naive: NaiveIndexer = NaiveIndexer::default(),
+    #[cfg(feature = "positional")]
+    "positional" => positional: PositionalIndexer = PositionalIndexer::default(),
+    #[cfg(feature = "positional")]
+    "positional/jump=3" => positional_jump_3: PositionalIndexer = PositionalIndexer::with_jump(3),
+    #[cfg(feature = "array")]
+    "array" => array: ArrayIndexer = ArrayIndexer::default(),
     // Shallow enough that most scenarios cross into the overflow map.
-    array_depth_16: layouts::ArrayIndexerOf<16>,
+    #[cfg(feature = "array")]
+    "array/depth=16" => array_depth_16: layouts::ArrayIndexerOf<16> = Default::default(),
+    #[cfg(feature = "radix")]
+    "radix" => radix: RadixIndexer = RadixIndexer::default(),
 }
 
-#[cfg(feature = "radix")]
-scenarios! {
-    radix: RadixIndexer,
+#[test]
+fn every_registered_layout_has_its_scenarios() {
+    let registered: Vec<&str> = testing::enabled_layouts().iter().map(|f| f.name).collect();
+    let mut with_scenarios = scenario_layouts();
+    with_scenarios.retain(|&name| name != "naive");
+    assert_eq!(with_scenarios, registered);
 }

@@ -95,6 +95,7 @@ impl ByPosition for PositionalMap {
 /// let query: Vec<LocalHash> = (0..100).map(LocalHash).collect();
 /// assert_eq!(index.find_matches(&query).get(w), Some(70));
 /// ```
+#[cfg_attr(not(feature = "positional"), allow(dead_code, unreachable_pub))]
 pub type PositionalIndexer = Indexer<PositionalMap>;
 
 #[cfg(test)]

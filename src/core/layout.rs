@@ -3,7 +3,7 @@
 //! A layout knows only *where* entries live: entries named by [`Key`] (position, canonical
 //! hash), each holding a [`WorkerSet`]. It never sees engine hashes, events or errors; the core
 //! decides what to add and remove, and in which order (the reachable-only invariant in
-//! `workers.rs`). Searches live in the core too: a layout names the one that fits it
+//! `held.rs`). Searches live in the core too: a layout names the one that fits it
 //! ([`seam::Storage::Search`]: [`seam::JumpSearch`] over [`seam::ByPosition`], or [`seam::Walk`]
 //! over a [`seam::Tree`]), and the core calls the layout only for entries.
 //!
@@ -13,8 +13,8 @@
 //! are `unsafe fn`s whose contract is the core's invariant I1.
 
 pub(crate) use super::canon::Key;
+pub(crate) use super::entry_set::{Slot, WorkerSet};
 pub(crate) use super::search::QueryCtx;
-pub(crate) use super::worker_set::{Slot, WorkerSet};
 
 /// A storage layout: where the entries of an [`Indexer`](crate::Indexer) live.
 ///
@@ -50,7 +50,10 @@ pub trait Layout: seam::Storage {}
 
 impl<T: seam::Storage> Layout for T {}
 
-/// The seam itself, crate-private behind [`Layout`].
+/// The seam itself, crate-private behind [`Layout`]. Its items are `pub` inside a private
+/// module (the sealed pattern: they may appear in [`Layout`]'s interface, outside code cannot
+/// name them); which of them the enabled layouts reach depends on the features.
+#[allow(unreachable_pub)]
 pub(crate) mod seam {
     use super::{Key, QueryCtx, Slot, WorkerSet};
     use crate::scores::OverlapScores;
@@ -120,10 +123,12 @@ pub(crate) mod seam {
 
     /// Jump search with binary scan-back, for layouts with random access by key.
     #[derive(Debug)]
+    #[cfg_attr(not(any(feature = "positional", feature = "array")), allow(dead_code))]
     pub enum JumpSearch {}
 
     /// A walk from the root, for trees.
     #[derive(Debug)]
+    #[cfg_attr(not(feature = "radix"), allow(dead_code))]
     pub enum Walk {}
 
     /// A layout with random access by key: the core's jump search with binary scan-back fits

@@ -1,23 +1,27 @@
 //! The generic core: [`Indexer<L>`] over any storage [`Layout`].
 //!
 //! The core knows *what* the index means; a layout knows only *where* entries live. The core
-//! owns per-worker state and validation (`workers.rs`, so every layout rejects exactly the same
-//! inputs), canonical hashes (`canon.rs`), worker interning (`slots.rs`) and the search
+//! owns per-worker state and validation (`held.rs`, so every layout rejects exactly the same
+//! inputs), canonical hashes (`canon.rs`), worker interning (`worker_table.rs`) and the search
 //! (`search.rs`).
 
 mod canon;
+mod entry_set;
+mod held;
 pub(crate) mod layout;
 mod search;
-mod slots;
-mod worker_set;
-mod workers;
+mod worker_table;
 
-pub(crate) use canon::Key;
 pub use layout::Layout;
-pub(crate) use layout::QueryCtx;
-pub(crate) use layout::seam::{ByPosition, JumpSearch, Search, Storage, Tree, Walk};
 pub use search::MAX_JUMP;
-pub(crate) use worker_set::{Slot, WorkerSet};
+// What layouts implement the seam with; each feature combination uses a different subset.
+#[allow(unused_imports)]
+pub(crate) use {
+    canon::Key,
+    entry_set::{Slot, WorkerSet},
+    layout::QueryCtx,
+    layout::seam::{ByPosition, JumpSearch, Search, Storage, Tree, Walk},
+};
 
 use crate::error::EventError;
 use crate::index::KvIndex;
@@ -25,8 +29,8 @@ use crate::scores::OverlapScores;
 use crate::sync::{Arc, lock};
 use crate::types::{Event, EventKind, LocalHash, Worker};
 use canon::Canon;
-use slots::{WorkerCell, WorkerTable};
-use workers::WorkerState;
+use held::HeldBlocks;
+use worker_table::{WorkerCell, WorkerTable};
 
 /// The jump of the search when none is configured.
 ///
@@ -77,9 +81,23 @@ impl<L: Layout> Indexer<L> {
         Self::with_canon(Canon::random(), jump)
     }
 
-    /// An empty index with a fixed canonical-hash key, for reproducible experiments.
-    pub fn with_seed(seed: u64, jump: u32) -> Self {
-        Self::with_canon(Canon::new(seed), jump)
+    /// An empty index with a fixed canonical-hash key (and the default jump), for reproducible
+    /// experiments.
+    pub fn with_seed(seed: u64) -> Self {
+        Self::with_canon(Canon::new(seed), DEFAULT_JUMP)
+    }
+
+    /// The same index with its search jumping `jump` positions at a time (clamped to
+    /// `1..=`[`MAX_JUMP`]).
+    ///
+    /// ```
+    /// use flash_indexer::PositionalIndexer;
+    ///
+    /// assert_eq!(PositionalIndexer::with_seed(7).jumping(8).jump(), 8);
+    /// ```
+    pub fn jumping(mut self, jump: u32) -> Self {
+        self.jump = jump.clamp(1, MAX_JUMP);
+        self
     }
 
     fn with_canon(canon: Canon, jump: u32) -> Self {
@@ -111,7 +129,7 @@ impl<L: Layout> Indexer<L> {
     fn with_worker<T>(
         &self,
         worker: Worker,
-        f: impl FnOnce(&mut WorkerState<L>, &L::Guard<'_>) -> T,
+        f: impl FnOnce(&mut HeldBlocks<L>, &L::Guard<'_>) -> T,
     ) -> T {
         loop {
             let cell = self.workers.cell_or_create(worker);
@@ -194,7 +212,7 @@ impl<L: Layout> KvIndex for Indexer<L> {
         self.workers.cell(worker).map_or(0, |cell| {
             lock(&cell.state)
                 .as_ref()
-                .map_or(0, WorkerState::block_count)
+                .map_or(0, HeldBlocks::block_count)
         })
     }
 

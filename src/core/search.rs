@@ -1,7 +1,7 @@
 //! The core's searches: jump search with binary scan-back for layouts with random access by
 //! position ([`ByPosition`]), and a walk from the root for tree layouts ([`Tree`]).
 //!
-//! By the reachable-only invariant (`workers.rs`), the workers present at position `p` of the
+//! By the reachable-only invariant (`held.rs`), the workers present at position `p` of the
 //! query's canonical chain are a subset of those present at `p - 1`. So:
 //! 1. Start with the workers at position 0 (the *active* set).
 //! 2. Jump `J` positions ahead and look at the landing entry. Workers still present there were
@@ -20,9 +20,9 @@
 //! appears mid-query never stands in for one that left.
 
 use super::canon::{Canon, Key};
+use super::entry_set::Slot;
 use super::layout::seam::{ByPosition, JumpSearch, Search, Tree, Walk};
-use super::slots::{Names, PinnedNames};
-use super::worker_set::Slot;
+use super::worker_table::{Names, PinnedNames};
 use crate::scores::OverlapScores;
 use crate::types::LocalHash;
 

@@ -7,9 +7,9 @@
 //! while they read slots. Without that, a query that saw worker A's slot at shallow positions and
 //! the same slot, now worker B's, deeper would credit B with A's depth.
 
+use super::entry_set::Slot;
+use super::held::HeldBlocks;
 use super::layout::Layout;
-use super::worker_set::Slot;
-use super::workers::WorkerState;
 use crate::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use crate::sync::{Arc, Mutex, lock};
 use crate::types::Worker;
@@ -30,7 +30,7 @@ const SEGMENTS: usize = 33 - FIRST_SEGMENT.trailing_zeros() as usize;
 /// finds it retired looks the worker up again.
 pub(crate) struct WorkerCell<L: Layout> {
     pub(crate) slot: Slot,
-    pub(crate) state: Mutex<Option<WorkerState<L>>>,
+    pub(crate) state: Mutex<Option<HeldBlocks<L>>>,
 }
 
 /// One slot's worker, as an id and a dp rank readable without locks.
@@ -148,7 +148,7 @@ impl<L: Layout> WorkerTable<L> {
         self.names.set(slot, worker);
         let cell = Arc::new(WorkerCell {
             slot,
-            state: Mutex::new(Some(WorkerState::new(slot))),
+            state: Mutex::new(Some(HeldBlocks::new(slot))),
         });
         cells.insert(worker, cell.clone());
         cell

@@ -2,8 +2,8 @@
 //!
 //! # The reachable-only invariant
 //!
-//! A worker's slot is in a layout entry exactly while the worker has a *reachable* block (SPEC
-//! §3) with that entry's key. Since a reachable block's parent is reachable, presence at position
+//! A worker's slot is in a layout entry exactly while the worker has a *reachable* block (see [the
+//! contract](crate::docs::contract)) with that entry's key. Since a reachable block's parent is reachable, presence at position
 //! `p` on a query's canonical chain implies presence at every position before `p`: the worker
 //! sets along a query shrink monotonically. Jump search and binary scan-back rely on that.
 //!
@@ -12,12 +12,12 @@
 //! before their parent), a re-store attaches shallowest-first (parent before its children).
 //!
 //! Two reachable blocks can share a key (same local hash under the same parent, different engine
-//! seqs: SPEC §3's salted twins). The layout holds the slot once; `extra` counts the other
+//! seqs: the contract's salted twins). The layout holds the slot once; `extra` counts the other
 //! blocks, so the slot leaves the entry only with the last of them.
 
 use super::canon::{Canon, Key};
+use super::entry_set::Slot;
 use super::layout::Layout;
-use super::worker_set::Slot;
 use crate::error::EventError;
 use crate::types::{Block, Event, LocalHash, SeqHash, Worker};
 use foldhash::fast::RandomState;
@@ -65,7 +65,7 @@ impl<H: Copy> Held<H> {
 }
 
 /// What one worker holds. Touched only under the worker's lock.
-pub(crate) struct WorkerState<L: Layout> {
+pub(crate) struct HeldBlocks<L: Layout> {
     slot: Slot,
     blocks: Map<SeqHash, Held<L::Handle>>,
     /// Held children beyond the first (`Held::child`) of held blocks: only branch points.
@@ -77,7 +77,7 @@ pub(crate) struct WorkerState<L: Layout> {
     extra: Map<Key, u32>,
 }
 
-impl<L: Layout> WorkerState<L> {
+impl<L: Layout> HeldBlocks<L> {
     pub(crate) fn new(slot: Slot) -> Self {
         Self {
             slot,
@@ -107,7 +107,7 @@ impl<L: Layout> WorkerState<L> {
         }
     }
 
-    /// Applies a `Stored` event: checks in SPEC order, then all or nothing.
+    /// Applies a `Stored` event: checks in the contract's order, then all or nothing.
     pub(crate) fn store(
         &mut self,
         layout: &L,
@@ -282,7 +282,7 @@ impl<L: Layout> WorkerState<L> {
             if held.flags & REACHABLE != 0 {
                 self.detach(layout, guard, seq);
             }
-            // Its children stay held (SPEC §2) and wait for it as orphans.
+            // Its children stay held (see [the contract](crate::docs::contract)) and wait for it as orphans.
             let mut kids = Vec::new();
             self.children(seq, &mut kids);
             self.more_children.remove(&seq);

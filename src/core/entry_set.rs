@@ -1,6 +1,10 @@
 //! The immutable set of workers stored in one layout entry.
+#![cfg_attr(
+    not(any(feature = "positional", feature = "array", feature = "radix")),
+    allow(dead_code, unreachable_pub)
+)]
 
-/// A worker's dense index (see `slots.rs`).
+/// A worker's dense index (see `worker_table.rs`).
 pub(crate) type Slot = u32;
 
 /// The workers holding one (position, canonical hash) entry: a sorted, duplicate-free list of
@@ -31,11 +35,6 @@ impl WorkerSet {
     #[inline]
     pub fn len(&self) -> usize {
         self.as_slice().len()
-    }
-
-    /// Never true: an empty set is removed from its layout instead.
-    pub fn is_empty(&self) -> bool {
-        false
     }
 
     /// Whether `slot` is in the set.
