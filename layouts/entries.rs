@@ -1,7 +1,7 @@
 //! What the map-based layouts share: a papaya map from a key to an immutable [`WorkerSet`], its
 //! hasher, and the two writes (add a slot, remove a slot) as atomic read-modify-writes.
 
-use crate::core::{Slot, WorkerSet};
+use crate::index_core::{Slot, WorkerSet};
 use core::hash::{BuildHasher, Hash, Hasher};
 use papaya::{Compute, HashMap, LocalGuard, Operation, ResizeMode};
 use std::sync::Arc; // sync-shim: papaya takes its collector as a std Arc

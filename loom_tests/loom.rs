@@ -3,7 +3,7 @@
 //! `RUSTFLAGS="--cfg loom --cfg crossbeam_loom" LOOM_MAX_PREEMPTIONS=2 cargo test --release --lib loom`.
 
 use crate::LocalHash;
-use crate::core::{Key, Storage, Tree};
+use crate::index_core::{Key, Storage, Tree};
 use crate::layouts::RadixTree;
 
 // The models call the seam directly, keeping its contract (I1) by hand: a parent handle is

@@ -32,7 +32,9 @@
 //! ```
 #![warn(missing_docs)]
 
-mod core;
+// The generic core, in `src/core/`; named apart from `::core`, which it would shadow.
+#[path = "core/mod.rs"]
+mod index_core;
 #[cfg(not(loom))]
 mod counters;
 pub mod docs;
@@ -67,7 +69,7 @@ pub use naive::NaiveIndexer;
 pub use scores::OverlapScores;
 pub use types::{Block, Event, EventKind, LocalHash, SeqHash, Worker};
 
-pub use crate::core::{DEFAULT_JUMP, Indexer, Layout, MAX_JUMP};
+pub use crate::index_core::{DEFAULT_JUMP, Indexer, Layout, MAX_JUMP};
 #[cfg(feature = "array")]
 pub use layouts::array::ArrayIndexer;
 #[cfg(feature = "positional")]

@@ -20,7 +20,7 @@
 
 use super::entries::{self, EntryMap, entry_map};
 use super::positional::PositionalMap;
-use crate::core::{ByPosition, Indexer, JumpSearch, Key, Slot, Storage, WorkerSet};
+use crate::index_core::{ByPosition, Indexer, JumpSearch, Key, Slot, Storage, WorkerSet};
 use crate::types::LocalHash;
 use papaya::LocalGuard;
 use std::sync::{Arc, OnceLock}; // sync-shim: papaya takes a std Arc; loom has no OnceLock

@@ -6,7 +6,7 @@
 //! what makes the core's jump search possible.
 
 use super::entries::{self, EntryMap, entry_map};
-use crate::core::{ByPosition, Indexer, JumpSearch, Key, Slot, Storage, WorkerSet};
+use crate::index_core::{ByPosition, Indexer, JumpSearch, Key, Slot, Storage, WorkerSet};
 use crate::types::LocalHash;
 use papaya::LocalGuard;
 use std::sync::Arc; // sync-shim: papaya takes its collector as a std Arc

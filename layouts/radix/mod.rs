@@ -15,7 +15,7 @@ mod node;
 
 use node::{Node, NodeRef};
 
-use crate::core::{Indexer, Key, Slot, Storage, Tree, Walk, WorkerSet};
+use crate::index_core::{Indexer, Key, Slot, Storage, Tree, Walk, WorkerSet};
 use crate::sync::atomic::{AtomicU64, Ordering};
 use crate::types::LocalHash;
 use crossbeam_epoch::Guard;

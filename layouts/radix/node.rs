@@ -18,7 +18,7 @@
 //!   or a parent pointer) stays allocated until the pin ends, even if unlinked meanwhile;
 //!   `dead` tells a writer that it was.
 
-use crate::core::{Slot, WorkerSet};
+use crate::index_core::{Slot, WorkerSet};
 use crate::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed};
 use crate::sync::{Mutex, lock};
 use crate::types::LocalHash;
