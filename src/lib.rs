@@ -33,14 +33,14 @@
 #![warn(missing_docs)]
 
 // The generic core, in `src/core/`; named apart from `::core`, which it would shadow.
-#[path = "core/mod.rs"]
-mod index_core;
 #[cfg(not(loom))]
 mod counters;
 pub mod docs;
 mod error;
 pub mod hash;
 mod index;
+#[path = "core/mod.rs"]
+mod index_core;
 #[cfg(all(feature = "vllm", not(loom)))]
 pub mod ingest;
 mod latch;

@@ -320,6 +320,14 @@ impl Router {
     }
 }
 
+/// Runs `case` once per primary layout, each with a fresh router, holding `serial()`.
+fn each_layout(case: impl Fn(&'static str, Router)) {
+    let _serial = serial();
+    for layout in primary_layouts() {
+        case(layout.name, Router::new(layout.make));
+    }
+}
+
 fn primary_layouts() -> Vec<testing::IndexFactory> {
     testing::enabled_layouts()
         .into_iter()
@@ -338,9 +346,7 @@ fn free_port() -> u16 {
 #[test]
 #[ignore = "needs python3 with pyzmq and msgspec (pip install pyzmq msgspec); .ci/run runs it"]
 fn topic_resolver_gaps_short_restart_and_an_engine_that_never_comes_up() {
-    let _serial = serial();
-    for layout in primary_layouts() {
-        let name = layout.name;
+    each_layout(|name, router| {
         let mut publisher = Publisher::start(&[
             "--batches",
             "300",
@@ -351,7 +357,6 @@ fn topic_resolver_gaps_short_restart_and_an_engine_that_never_comes_up() {
             "--seed",
             "11",
         ]);
-        let router = Router::new(layout.make);
         // Workers named by the topic this time, plus an engine that never comes up: it must
         // hold up nobody.
         let endpoints = publisher
@@ -397,15 +402,13 @@ fn topic_resolver_gaps_short_restart_and_an_engine_that_never_comes_up() {
         engines.assert_equals(router.index.as_ref(), name);
         subscriber.shutdown();
         eprintln!("{name}: {stats:?}");
-    }
+    });
 }
 
 #[test]
 #[ignore = "needs python3 with pyzmq and msgspec (pip install pyzmq msgspec); .ci/run runs it"]
 fn empty_topic_and_a_restart_that_overtakes_the_old_sequence_before_the_reconnect() {
-    let _serial = serial();
-    for layout in primary_layouts() {
-        let name = layout.name;
+    each_layout(|name, router| {
         // The restarted engine stays down 2.5 s (zmq's backoff grows meanwhile), then publishes
         // 121 batches before it binds: when the router reconnects, the new engine is past the
         // old one's last number (99), so sequence numbers alone would see a gap, not a restart.
@@ -425,7 +428,6 @@ fn empty_topic_and_a_restart_that_overtakes_the_old_sequence_before_the_reconnec
             "--seed",
             "12",
         ]);
-        let router = Router::new(layout.make);
         let subscriber = router.subscribe(publisher.endpoints());
         let engines = publisher.done();
         router.settle(&subscriber, &engines, true, name);
@@ -438,34 +440,29 @@ fn empty_topic_and_a_restart_that_overtakes_the_old_sequence_before_the_reconnec
         engines.assert_equals(router.index.as_ref(), name);
         subscriber.shutdown();
         eprintln!("{name}: {stats:?}");
-    }
+    });
 }
 
 #[test]
 #[ignore = "needs python3 with pyzmq and msgspec (pip install pyzmq msgspec); .ci/run runs it"]
 fn a_router_started_after_its_engines_recovers_their_buffers() {
-    let _serial = serial();
-    for layout in primary_layouts() {
-        let name = layout.name;
+    each_layout(|name, router| {
         let mut publisher =
             Publisher::start(&["--no-wait", "--batches", "300", "--topic", "empty"]);
         let engines = publisher.done();
-        let router = Router::new(layout.make);
         let subscriber = router.subscribe(publisher.endpoints());
         router.settle(&subscriber, &engines, true, name);
         let stats = subscriber.stats();
         assert_eq!(stats.resync_batches, engines.batches, "{name}: {stats:?}");
         engines.assert_equals(router.index.as_ref(), name);
         subscriber.shutdown();
-    }
+    });
 }
 
 #[test]
 #[ignore = "needs python3 with pyzmq and msgspec (pip install pyzmq msgspec); .ci/run runs it"]
 fn forty_gaps_without_a_replay_socket_keep_the_router_live() {
-    let _serial = serial();
-    for layout in primary_layouts() {
-        let name = layout.name;
+    each_layout(|name, router| {
         let mut publisher = Publisher::start(&[
             "--pods",
             "1",
@@ -477,7 +474,6 @@ fn forty_gaps_without_a_replay_socket_keep_the_router_live() {
             "--interval",
             "0.002",
         ]);
-        let router = Router::new(layout.make);
         let subscriber = router.subscribe(publisher.endpoints());
         let engines = publisher.done();
         // Every live message that was sent is applied soon after the last one was published.
@@ -499,7 +495,7 @@ fn forty_gaps_without_a_replay_socket_keep_the_router_live() {
         engines.assert_covers(router.index.as_ref(), name);
         subscriber.shutdown();
         eprintln!("{name}: caught up {behind:.3} s after the last publish; {stats:?}");
-    }
+    });
 }
 
 fn now() -> f64 {
@@ -512,9 +508,7 @@ fn now() -> f64 {
 #[test]
 #[ignore = "needs python3 with pyzmq and msgspec (pip install pyzmq msgspec); .ci/run runs it"]
 fn a_gap_beyond_the_replay_buffer_leaves_no_block_the_engine_dropped() {
-    let _serial = serial();
-    for layout in primary_layouts() {
-        let name = layout.name;
+    each_layout(|name, router| {
         // Gaps of 20 messages against a buffer of 8: never repairable. The stream ends live, so
         // that every gap is seen.
         let mut publisher = Publisher::start(&[
@@ -529,7 +523,6 @@ fn a_gap_beyond_the_replay_buffer_leaves_no_block_the_engine_dropped() {
             "--capacity",
             "25",
         ]);
-        let router = Router::new(layout.make);
         let subscriber = router.subscribe(publisher.endpoints());
         let engines = publisher.done();
         router.settle(&subscriber, &engines, false, name);
@@ -547,17 +540,14 @@ fn a_gap_beyond_the_replay_buffer_leaves_no_block_the_engine_dropped() {
         );
         subscriber.shutdown();
         eprintln!("{name}: {stats:?}");
-    }
+    });
 }
 
 #[test]
 #[ignore = "needs python3 with pyzmq and msgspec (pip install pyzmq msgspec); .ci/run runs it"]
 fn a_router_that_binds_while_engines_connect() {
-    let _serial = serial();
-    for layout in primary_layouts() {
-        let name = layout.name;
+    each_layout(|name, router| {
         let address = format!("tcp://127.0.0.1:{}", free_port());
-        let router = Router::new(layout.make);
         let subscriber = Subscriber::spawn_with_resolver(
             Arc::clone(&router.pool),
             [EngineEndpoint::bind(address.clone())],
@@ -576,15 +566,13 @@ fn a_router_that_binds_while_engines_connect() {
         );
         engines.assert_equals(router.index.as_ref(), name);
         subscriber.shutdown();
-    }
+    });
 }
 
 #[test]
 #[ignore = "needs python3 with pyzmq and msgspec (pip install pyzmq msgspec); .ci/run runs it"]
 fn an_ipc_engine() {
-    let _serial = serial();
-    for layout in primary_layouts() {
-        let name = layout.name;
+    each_layout(|name, router| {
         let dir = std::env::temp_dir().join(format!("flash-ipc-{}-{name}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let mut publisher = Publisher::start(&[
@@ -603,7 +591,6 @@ fn an_ipc_engine() {
                 .unwrap()
                 .starts_with("ipc://")
         );
-        let router = Router::new(layout.make);
         let subscriber = router.subscribe(publisher.endpoints());
         let engines = publisher.done();
         router.settle(&subscriber, &engines, true, name);
@@ -612,7 +599,7 @@ fn an_ipc_engine() {
         subscriber.shutdown();
         drop(publisher);
         let _ = std::fs::remove_dir_all(&dir);
-    }
+    });
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -682,12 +669,9 @@ fn zmtp_frame(stream: &mut TcpStream, body: &[u8], more: bool) {
 
 #[test]
 fn a_frame_header_announcing_a_terabyte_is_refused_and_counted() {
-    let _serial = serial();
-    for layout in primary_layouts() {
-        let name = layout.name;
+    each_layout(|name, router| {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let address = format!("tcp://{}", listener.local_addr().unwrap());
-        let router = Router::new(layout.make);
         let subscriber = router.subscribe(vec![EngineEndpoint::new(address).with_worker(1)]);
 
         // First connection: a message whose first frame claims 2^40 bytes.
@@ -723,7 +707,7 @@ fn a_frame_header_announcing_a_terabyte_is_refused_and_counted() {
             "{name}: {stats:?}"
         );
         subscriber.shutdown();
-    }
+    });
 }
 
 /// An engine whose replay socket answers every request with an endless stream of numbers that
@@ -803,11 +787,8 @@ impl Drop for EndlessReplayEngine {
 
 #[test]
 fn an_endless_replay_stream_neither_stalls_live_ingest_nor_delays_shutdown() {
-    let _serial = serial();
-    for layout in primary_layouts() {
-        let name = layout.name;
+    each_layout(|name, router| {
         let engine = EndlessReplayEngine::start();
-        let router = Router::new(layout.make);
         let subscriber = router.subscribe(vec![engine.endpoint()]);
         // Live messages keep arriving through the replays' stalls: each is applied within the
         // replay timeout (1 s) plus slack.
@@ -845,7 +826,7 @@ fn an_endless_replay_stream_neither_stalls_live_ingest_nor_delays_shutdown() {
             "{name}: {:?}",
             started.elapsed()
         );
-    }
+    });
 }
 
 /// An index that keeps nothing, so that only the pool's own memory is measured.
