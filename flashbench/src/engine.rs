@@ -188,8 +188,14 @@ pub fn generate(trace: &[Request], cfg: &EngineConfig, source: &str) -> Workload
                 let (request, copy) = requests[i];
                 let worker = mix(salt ^ 0x77, i as u64) % cfg.workers.max(1);
                 // Tokens: each hash id stands for 512 distinct tokens; copies get disjoint ids.
-                let mut tokens: Vec<u32> =
-                    Vec::with_capacity(request.input_length + request.output_length);
+                // The hash ids give at most 512 tokens each: a longer `input_length` is cut to
+                // them, a shorter one cuts them (a prompt may be shorter than one block).
+                let mut tokens: Vec<u32> = Vec::with_capacity(
+                    request
+                        .input_length
+                        .min(request.hash_ids.len() * TOKENS_PER_HASH_ID)
+                        + request.output_length,
+                );
                 'ids: for id in &request.hash_ids {
                     let id = id ^ (copy << 48);
                     for j in 0..TOKENS_PER_HASH_ID as u64 {
@@ -199,7 +205,8 @@ pub fn generate(trace: &[Request], cfg: &EngineConfig, source: &str) -> Workload
                         tokens.push(mix(id, j) as u32);
                     }
                 }
-                let prompt_blocks = tokens.len() / bs;
+                let prompt_tokens = tokens.len();
+                let prompt_blocks = prompt_tokens / bs;
                 tokens.extend(
                     (0..request.output_length as u64).map(|j| mix(salt ^ i as u64, j) as u32),
                 );
@@ -217,8 +224,7 @@ pub fn generate(trace: &[Request], cfg: &EngineConfig, source: &str) -> Workload
                 out.push(now, Emitted::Match { w: worker, q });
 
                 let engine = &mut engines[worker as usize];
-                let prefill_done =
-                    now + (request.input_length as f64 * us_per_prefill_token) as u64;
+                let prefill_done = now + (prompt_tokens as f64 * us_per_prefill_token) as u64;
                 let mut held = 0;
                 let mut ready = 0;
                 while held < prompt_blocks {
@@ -261,7 +267,7 @@ pub fn generate(trace: &[Request], cfg: &EngineConfig, source: &str) -> Workload
                 let decode_blocks = locals.len() - prompt_blocks;
                 if !truncated {
                     for k in 1..=decode_blocks {
-                        let filled = (k * bs).saturating_sub(request.input_length % bs);
+                        let filled = (k * bs).saturating_sub(prompt_tokens % bs);
                         let at = prefill_done + (filled as f64 * us_per_decode_token) as u64;
                         queue.push(Reverse((
                             at,
@@ -312,7 +318,8 @@ pub fn generate(trace: &[Request], cfg: &EngineConfig, source: &str) -> Workload
                     );
                 }
                 if fresh {
-                    let parent = Some(SeqHash(run.seqs[block - 1]));
+                    // Block 0 comes from decode when the prompt is shorter than a block.
+                    let parent = block.checked_sub(1).map(|p| SeqHash(run.seqs[p]));
                     let b = Block::new(run.locals[block], SeqHash(run.seqs[block]));
                     out.push(at, Emitted::Event(Event::stored(w, 0, parent, vec![b])));
                 }
@@ -364,8 +371,9 @@ pub fn generate(trace: &[Request], cfg: &EngineConfig, source: &str) -> Workload
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::trace::synthetic;
+    use crate::trace::{Request, synthetic};
     use flash_indexer::{KvIndex, NaiveIndexer};
+    use proptest::prelude::*;
 
     #[test]
     fn generated_events_are_all_valid_and_capacity_is_respected() {
@@ -401,5 +409,61 @@ mod tests {
             stores > 200 && removes > 0,
             "stores {stores}, removes {removes}"
         );
+    }
+
+    /// A request of any shape the format allows: prompts shorter than a block, no hash ids, no
+    /// output, lengths that disagree with the hash ids, any timestamps (equal, unsorted).
+    fn request() -> impl Strategy<Value = Request> {
+        (
+            0u64..50,
+            0usize..3_000,
+            0usize..1_500,
+            proptest::collection::vec(0u64..12, 0..8),
+        )
+            .prop_map(
+                |(timestamp, input_length, output_length, hash_ids)| Request {
+                    timestamp,
+                    input_length,
+                    output_length,
+                    hash_ids,
+                },
+            )
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        #[test]
+        fn every_trace_shape_generates_a_workload_every_layout_replays(
+            trace in proptest::collection::vec(request(), 0..24),
+            workers in 1u64..4,
+            capacity_blocks in 1usize..64,
+            block_size in prop_oneof![Just(1usize), Just(16), Just(64), Just(512)],
+            duplicate in 1usize..3,
+        ) {
+            let cfg = EngineConfig {
+                workers,
+                capacity_blocks,
+                block_size,
+                duplicate,
+                ..EngineConfig::default()
+            };
+            let workload = generate(&trace, &cfg, "proptest");
+            let matches = workload.ops.iter().filter(|op| op.event().is_none()).count();
+            prop_assert_eq!(matches, trace.len() * duplicate);
+            let mut indexes: Vec<(&str, Box<dyn KvIndex>)> =
+                vec![("naive", Box::new(NaiveIndexer::new()))];
+            for factory in flash_indexer::testing::enabled_layouts() {
+                indexes.push((factory.name, (factory.make)()));
+            }
+            for op in &workload.ops {
+                if let Some(event) = op.event() {
+                    for (name, index) in &indexes {
+                        let applied = index.apply(&event);
+                        prop_assert!(applied.is_ok(), "{}: {:?}: {:?}", name, op, applied);
+                    }
+                }
+            }
+        }
     }
 }

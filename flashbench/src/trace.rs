@@ -1,11 +1,16 @@
 //! Request traces in Mooncake's format, read from a file or synthesized with Mooncake-like
 //! statistics (for the default run, which must work with no file at hand).
 
+use flash_indexer::testing::{GOLDEN, splitmix64};
 use serde::Deserialize;
 use std::io::BufRead;
 
 /// Tokens each trace hash id stands for.
 pub const TOKENS_PER_HASH_ID: usize = 512;
+
+/// The longest prompt or output a request may claim (2^24 tokens, 128 times Mooncake's
+/// longest): beyond it a trace is malformed, not merely unusual.
+pub const MAX_TOKENS: usize = 1 << 24;
 
 /// One request of a trace.
 #[derive(Clone, Debug, Deserialize)]
@@ -18,7 +23,32 @@ pub struct Request {
     pub hash_ids: Vec<u64>,
 }
 
-/// Reads a Mooncake-format trace (one JSON object a line).
+impl Request {
+    /// Checks what no valid trace has. Everything else the format allows is accepted: prompts
+    /// shorter than a block, no hash ids, no output, lengths that disagree with the hash ids,
+    /// unsorted or equal timestamps.
+    pub fn validate(&self) -> Result<(), String> {
+        for (what, tokens) in [
+            ("input_length", self.input_length),
+            ("output_length", self.output_length),
+        ] {
+            if tokens > MAX_TOKENS {
+                return Err(format!(
+                    "{what} {tokens} is over the limit of {MAX_TOKENS} tokens"
+                ));
+            }
+        }
+        if self.hash_ids.len() > MAX_TOKENS / TOKENS_PER_HASH_ID {
+            return Err(format!(
+                "{} hash ids stand for more than {MAX_TOKENS} tokens",
+                self.hash_ids.len()
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Reads a Mooncake-format trace (one JSON object a line), sorted by timestamp.
 pub fn read(input: impl BufRead) -> Result<Vec<Request>, String> {
     let mut out = Vec::new();
     for (i, line) in input.lines().enumerate() {
@@ -28,6 +58,9 @@ pub fn read(input: impl BufRead) -> Result<Vec<Request>, String> {
         }
         let request: Request =
             serde_json::from_str(&line).map_err(|e| format!("line {}: {e}", i + 1))?;
+        request
+            .validate()
+            .map_err(|e| format!("line {}: {e}", i + 1))?;
         out.push(request);
     }
     out.sort_by_key(|r| r.timestamp);
@@ -38,11 +71,8 @@ struct Rng(u64);
 
 impl Rng {
     fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
+        self.0 = self.0.wrapping_add(GOLDEN);
+        splitmix64(self.0)
     }
 
     fn unit(&mut self) -> f64 {
@@ -130,6 +160,12 @@ mod tests {
             read("{\"timestamp\": 5}".as_bytes())
                 .unwrap_err()
                 .contains("line 1")
+        );
+        let huge = "{\"timestamp\": 5, \"input_length\": 9, \"output_length\": 99999999999, \"hash_ids\": [0]}";
+        let error = read(huge.as_bytes()).unwrap_err();
+        assert!(
+            error.contains("line 1: output_length 99999999999"),
+            "{error}"
         );
     }
 
