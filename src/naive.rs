@@ -7,7 +7,8 @@ use crate::sync::{Mutex, MutexGuard, lock};
 use crate::types::{Block, Event, EventKind, LocalHash, SeqHash, Worker};
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-/// What a worker holds about one block: its local hash and its parent (see [the contract](crate::docs::contract)).
+/// What a worker holds about one block: its local hash and its parent (see [the
+/// contract](crate::docs::contract)).
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 struct Held {
     local: LocalHash,
@@ -101,8 +102,8 @@ fn children_of(held: &HeldSet) -> HashMap<Option<SeqHash>, Vec<SeqHash>> {
 }
 
 /// The largest `d` such that the worker holds a chain `c_0 .. c_{d-1}` from a root block whose
-/// locals are `query[..d]` (see [the contract](crate::docs::contract)). Every matching chain is followed at once, so two blocks
-/// with the same local under one parent both count.
+/// locals are `query[..d]` (see [the contract](crate::docs::contract)). Every matching chain is
+/// followed at once, so two blocks with the same local under one parent both count.
 fn depth(held: &HeldSet, query: &[LocalHash]) -> u32 {
     let children = children_of(held);
     let mut frontier: Vec<Option<SeqHash>> = vec![None];
@@ -124,7 +125,8 @@ fn depth(held: &HeldSet, query: &[LocalHash]) -> u32 {
     depth
 }
 
-/// Reachable blocks (see [the contract](crate::docs::contract)) of one worker, each after its parent.
+/// Reachable blocks (see [the contract](crate::docs::contract)) of one worker, each after its
+/// parent.
 fn reachable_in_order(held: &HeldSet) -> Vec<(SeqHash, Held)> {
     let children = children_of(held);
     let mut out = Vec::new();

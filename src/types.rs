@@ -1,4 +1,4 @@
-//! The vocabulary of the contract (see [the contract](crate::docs::contract)): hashes, workers, blocks and events.
+//! The vocabulary of [the contract](crate::docs::contract): hashes, workers, blocks and events.
 
 use core::fmt;
 
@@ -14,7 +14,8 @@ use core::fmt;
 )]
 pub struct LocalHash(pub u64);
 
-/// The engine's identity for a block *and its whole prefix* (see [the contract](crate::docs::contract)).
+/// The engine's identity for a block *and its whole prefix*, opaque to the index (see [the
+/// contract](crate::docs::contract)).
 ///
 /// Opaque: the index never assumes how an engine computed it. It is only a handle, used as the
 /// parent of stores and to name the blocks of removes.

@@ -178,26 +178,26 @@ mod tests {
         let tree = RadixTree::default();
         let guard = tree.guard();
         let key = Key { pos: 0, canon: 0 };
-        // SAFETY: I1 kept by hand: parents passed while their slot is in them, each slot removed once.
+        // SAFETY: I1 by hand: parents passed while their slot is in them; slots removed once.
         let (a, new) = unsafe { tree.add(key, LocalHash(1), None, 7, &guard) };
         assert!(new);
-        // SAFETY: I1 kept by hand: parents passed while their slot is in them, each slot removed once.
+        // SAFETY: I1 by hand: parents passed while their slot is in them; slots removed once.
         let (a2, new) = unsafe { tree.add(key, LocalHash(1), None, 8, &guard) };
         assert!(new && a == a2, "one node per local hash under a parent");
-        // SAFETY: I1 kept by hand: parents passed while their slot is in them, each slot removed once.
+        // SAFETY: I1 by hand: parents passed while their slot is in them; slots removed once.
         let (b, _) = unsafe { tree.add(key, LocalHash(2), Some(a), 7, &guard) };
         assert_eq!(tree.entries(), 2);
         assert!(
             tree.child(None, LocalHash(1), &guard)
                 .is_some_and(|n| n.handle() == a)
         );
-        // SAFETY: I1 kept by hand: parents passed while their slot is in them, each slot removed once.
+        // SAFETY: I1 by hand: parents passed while their slot is in them; slots removed once.
         assert!(unsafe { tree.remove(key, b, 7, &guard) });
         assert_eq!(tree.entries(), 1);
-        // SAFETY: I1 kept by hand: parents passed while their slot is in them, each slot removed once.
+        // SAFETY: I1 by hand: parents passed while their slot is in them; slots removed once.
         assert!(unsafe { tree.remove(key, a, 7, &guard) });
         assert_eq!(tree.entries(), 1, "slot 8 keeps the node");
-        // SAFETY: I1 kept by hand: parents passed while their slot is in them, each slot removed once.
+        // SAFETY: I1 by hand: parents passed while their slot is in them; slots removed once.
         assert!(unsafe { tree.remove(key, a, 8, &guard) });
         assert_eq!(tree.entries(), 0);
         assert!(tree.child(None, LocalHash(1), &guard).is_none());

@@ -1,7 +1,7 @@
 //! Canonical sequence hashes: the core's own identity of a prefix, independent of the engine.
 //!
-//! Engines' sequence hashes are opaque (see [the contract](crate::docs::contract)), so layouts cannot key on them: a query has only
-//! local hashes. The core names the prefix `query[..=i]` by `canon_i = mix(canon_{i-1},
+//! Engines' sequence hashes are opaque (see [the contract](crate::docs::contract)), so layouts
+//! cannot key on them: a query has only local hashes. The core names the prefix `query[..=i]` by `canon_i = mix(canon_{i-1},
 //! query[i])`, computed the same way on the write side from a block's parent. The mix is a
 //! folded 64x64->128 multiply (about one nanosecond a step) keyed by two secrets drawn per
 //! index, so that nobody outside the process can aim two prefixes at one canonical hash.

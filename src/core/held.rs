@@ -2,10 +2,10 @@
 //!
 //! # The reachable-only invariant
 //!
-//! A worker's slot is in a layout entry exactly while the worker has a *reachable* block (see [the
-//! contract](crate::docs::contract)) with that entry's key. Since a reachable block's parent is reachable, presence at position
-//! `p` on a query's canonical chain implies presence at every position before `p`: the worker
-//! sets along a query shrink monotonically. Jump search and binary scan-back rely on that.
+//! A worker's slot is in a layout entry exactly while the worker has a *reachable* block (see
+//! [the contract](crate::docs::contract)) with that entry's key. Since a reachable block's parent
+//! is reachable, presence at position `p` on a query's canonical chain implies presence at every
+//! position before `p`: the worker sets along a query shrink monotonically. Jump search and binary scan-back rely on that.
 //!
 //! Every mutation keeps the invariant *at every instant*, not only between events, so racing
 //! queries never see a phantom: a hole detaches its reachable subtree deepest-first (children
@@ -282,7 +282,7 @@ impl<L: Layout> HeldBlocks<L> {
             if held.flags & REACHABLE != 0 {
                 self.detach(layout, guard, seq);
             }
-            // Its children stay held (see [the contract](crate::docs::contract)) and wait for it as orphans.
+            // Its children stay held (the contract) and wait for it as orphans.
             let mut kids = Vec::new();
             self.children(seq, &mut kids);
             self.more_children.remove(&seq);
