@@ -5,25 +5,22 @@
 //! `--trace FILE` uses a real Mooncake-format trace instead. `generate` writes a workload file;
 //! `replay` replays one.
 
-mod engine;
-mod replay;
-mod report;
-mod sweep;
-mod trace;
-mod workload;
-
 use clap::{Args, Parser, Subcommand};
-use engine::EngineConfig;
 use flash_indexer::NaiveIndexer;
 use flash_indexer::testing::CountingAlloc;
 use flash_indexer::testing::{self, IndexFactory};
+use flashbench::engine::{self, EngineConfig};
+use flashbench::replay::{self, ReplayConfig, Report};
+use flashbench::workload::Workload;
+use flashbench::{compare, report, sweep, trace};
 use indicatif::{ProgressBar, ProgressStyle};
-use replay::{ReplayConfig, Report};
 use std::fs::File;
 use std::io::BufReader;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use workload::Workload;
+
+/// The project's real trace, when flashbench runs from the repository root with `../shared`.
+const SHARED_TRACE: &str = "../shared/traces/conversation_trace.jsonl";
 
 #[global_allocator]
 static ALLOC: CountingAlloc = CountingAlloc;
@@ -93,6 +90,47 @@ enum Command {
         /// Writer threads.
         #[arg(long, default_value_t = 2)]
         threads: usize,
+        #[command(flatten)]
+        engine: EngineArgs,
+    },
+    /// Every layout side by side with Dynamo's indexes (build with `--features dynamo`) on named
+    /// presets, interleaved rounds, medians; writes compare.md, compare.json and figures.
+    Compare {
+        /// A Mooncake-format trace for the trace presets; default: the project's shared
+        /// conversation trace when it is there, else a synthetic one.
+        #[arg(long)]
+        trace: Option<PathBuf>,
+        /// Presets to run, comma separated (dynamo, depth, trace, trace-paced, fleet).
+        #[arg(
+            long,
+            value_delimiter = ',',
+            default_value = "dynamo,depth,trace,trace-paced,fleet"
+        )]
+        presets: Vec<String>,
+        /// Interleaved rounds per preset; each cell is the median.
+        #[arg(long, default_value_t = 3)]
+        rounds: usize,
+        /// Writer threads of every index.
+        #[arg(long, default_value_t = 2)]
+        threads: usize,
+        /// The paced preset replays the trace at this many times its real rate ...
+        #[arg(long, default_value_t = 100.0)]
+        paced_speed: f64,
+        /// ... for this many seconds of wall time.
+        #[arg(long, default_value_t = 5.0)]
+        paced_seconds: f64,
+        /// Workers of the fleet preset.
+        #[arg(long, default_value_t = 7000)]
+        fleet_workers: u64,
+        /// The fleet preset sends every request this many times (disjoint hash ids).
+        #[arg(long, default_value_t = 2)]
+        fleet_duplicate: usize,
+        /// Where compare.md, compare.json and the SVG figures go.
+        #[arg(long, default_value = "papers/figures")]
+        out: PathBuf,
+        /// Print the tables only.
+        #[arg(long)]
+        no_write: bool,
         #[command(flatten)]
         engine: EngineArgs,
     },
@@ -324,6 +362,37 @@ fn run(cli: Cli) -> Result<(), String> {
                 out.display()
             );
             Ok(())
+        }
+        Some(Command::Compare {
+            trace,
+            presets,
+            rounds,
+            threads,
+            paced_speed,
+            paced_seconds,
+            fleet_workers,
+            fleet_duplicate,
+            out,
+            no_write,
+            engine,
+        }) => {
+            let cfg = engine.config();
+            let shared = Path::new(SHARED_TRACE);
+            let path = trace
+                .clone()
+                .or_else(|| shared.exists().then(|| shared.to_path_buf()));
+            let (requests, source) = load_trace(path.as_deref(), 3000, cfg.seed)?;
+            let compare_cfg = compare::CompareConfig {
+                presets: presets.clone(),
+                rounds: *rounds,
+                threads: (*threads).max(1),
+                paced_speed: *paced_speed,
+                paced_seconds: *paced_seconds,
+                fleet_workers: *fleet_workers,
+                fleet_duplicate: *fleet_duplicate,
+                out: (!no_write).then(|| out.clone()),
+            };
+            compare::compare(&compare_cfg, &requests, &source, &cfg)
         }
         Some(Command::Replay { workload, replay }) => {
             let file = File::open(workload)

@@ -1,0 +1,166 @@
+//! `flashbench compare`: every layout of this build side by side with NVIDIA Dynamo's indexes
+//! (with the `dynamo` feature) on named workloads, in one process, interleaved rounds, medians.
+//!
+//! Each round runs every subject once on a fresh index, in turn, so drift of the shared machine
+//! spreads over all of them; each cell is the median over the rounds. Every query a subject
+//! answers (and, for trace replays, every query of a separate checked replay) is compared with
+//! the reference's answer: the `differing` column.
+
+#[cfg(feature = "dynamo")]
+pub mod dynamo;
+pub mod measure;
+mod output;
+pub mod presets;
+pub mod reference;
+pub mod subject;
+
+use crate::engine::EngineConfig;
+use crate::trace::Request;
+use measure::Run;
+use presets::Preset;
+use std::path::PathBuf;
+use subject::SubjectFactory;
+
+/// How a comparison runs.
+#[derive(Clone, Debug)]
+pub struct CompareConfig {
+    /// Presets to run, by name, in [`presets::NAMES`] order.
+    pub presets: Vec<String>,
+    /// Interleaved rounds per preset (each cell is the median).
+    pub rounds: usize,
+    /// Writer threads of every subject.
+    pub threads: usize,
+    /// Paced preset: times the trace's real rate, and wall seconds.
+    pub paced_speed: f64,
+    pub paced_seconds: f64,
+    /// Fleet preset: workers and duplication.
+    pub fleet_workers: u64,
+    pub fleet_duplicate: usize,
+    /// Where `compare.md`, `compare.json` and the figures go (none: print only).
+    pub out: Option<PathBuf>,
+}
+
+/// The subjects of this build: our primary layouts, then Dynamo's (with the `dynamo` feature).
+pub fn subjects() -> Vec<SubjectFactory> {
+    #[allow(unused_mut)]
+    let mut all = subject::ours();
+    #[cfg(feature = "dynamo")]
+    all.extend(dynamo::subjects());
+    all
+}
+
+/// The results of one preset: per subject, every round.
+pub struct Outcome {
+    pub preset: Preset,
+    pub runs: Vec<(String, bool, Vec<Run>)>,
+    pub load_before: String,
+    pub load_after: String,
+}
+
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "unknown".into())
+}
+
+fn build_preset(
+    name: &str,
+    cfg: &CompareConfig,
+    trace: &[Request],
+    source: &str,
+    engine: &EngineConfig,
+) -> Preset {
+    match name {
+        "dynamo" => presets::dynamo(),
+        "depth" => presets::depth(),
+        "trace" => presets::trace(trace, source, engine),
+        "trace-paced" => {
+            presets::trace_paced(trace, source, engine, cfg.paced_speed, cfg.paced_seconds)
+        }
+        "fleet" => {
+            let fleet = EngineConfig {
+                workers: cfg.fleet_workers,
+                duplicate: cfg.fleet_duplicate,
+                ..engine.clone()
+            };
+            presets::fleet(trace, source, &fleet)
+        }
+        _ => unreachable!("names are checked before"),
+    }
+}
+
+/// Runs the comparison and writes its tables (and figures, with `out`).
+pub fn compare(
+    cfg: &CompareConfig,
+    trace: &[Request],
+    source: &str,
+    engine: &EngineConfig,
+) -> Result<(), String> {
+    for name in &cfg.presets {
+        if !presets::NAMES.contains(&name.as_str()) {
+            return Err(format!(
+                "unknown preset {name:?}; known: {}",
+                presets::NAMES.join(", ")
+            ));
+        }
+    }
+    #[cfg(feature = "dynamo")]
+    dynamo::check_hashes_coincide()?;
+    let subjects = subjects();
+    let mut outcomes = Vec::new();
+    for name in presets::NAMES
+        .iter()
+        .filter(|n| cfg.presets.iter().any(|p| p == *n))
+    {
+        let started = std::time::Instant::now();
+        let preset = build_preset(name, cfg, trace, source, engine);
+        eprintln!("{name}: computing the reference answers ...");
+        let expected = measure::expected(&preset)?;
+        let load_before = load_average();
+        let mut runs: Vec<(String, bool, Vec<Run>)> = subjects
+            .iter()
+            .map(|s| (s.name.to_string(), s.ours, Vec::new()))
+            .collect();
+        for round in 0..cfg.rounds.max(1) {
+            for (s, (_, _, of_subject)) in subjects.iter().zip(runs.iter_mut()) {
+                eprintln!("{name}: round {} of {}, {}", round + 1, cfg.rounds, s.name);
+                of_subject.push(measure::run(s, &preset, &expected, cfg.threads, round == 0));
+            }
+        }
+        let outcome = Outcome {
+            preset,
+            runs,
+            load_before,
+            load_after: load_average(),
+        };
+        println!("{}", output::table(&outcome, cfg));
+        eprintln!("{name}: {:.0} s", started.elapsed().as_secs_f64());
+        outcomes.push(outcome);
+    }
+    if let Some(dir) = &cfg.out {
+        output::write(&outcomes, cfg, dir)?;
+    }
+    let wrong: Vec<String> = outcomes
+        .iter()
+        .flat_map(|o| {
+            o.runs
+                .iter()
+                .filter(|(_, ours, _)| *ours)
+                .filter_map(|(name, _, runs)| {
+                    let differing: u64 = runs.iter().map(|r| r.differing).sum();
+                    let rejected: u64 = runs.iter().filter_map(|r| r.rejected).sum();
+                    (differing > 0 || rejected > 0).then(|| {
+                    format!(
+                        "{name} on {}: {differing} differing queries, {rejected} rejected events",
+                        o.preset.name
+                    )
+                })
+                })
+        })
+        .collect();
+    if wrong.is_empty() {
+        Ok(())
+    } else {
+        Err(format!("our layouts must be exact: {}", wrong.join("; ")))
+    }
+}

@@ -1,0 +1,90 @@
+//! What the comparison measures: an index behind its production write path.
+//!
+//! Every subject takes events from one thread into its own writer threads (ours: a
+//! [`WriterPool`]; Dynamo's: its `ThreadPoolIndexer`), and answers queries on the calling thread.
+//! [`Subject::barrier`] returns only once every submitted event has been applied, so that a timed
+//! write phase includes the last apply, not just the last enqueue.
+
+use flash_indexer::pool::{PoolConfig, WriterPool};
+use flash_indexer::testing::IndexFactory;
+use flash_indexer::{Event, KvIndex, LocalHash, Worker};
+use std::sync::Arc;
+use std::time::Instant;
+
+/// Per-worker depths, sorted by worker, depth-0 workers left out.
+pub type Scores = Vec<(Worker, u32)>;
+
+/// One index under test.
+pub trait Subject {
+    /// Hands `event` to the index's writer threads (may return before it is applied).
+    fn submit(&self, event: &Event);
+    /// Returns once every event submitted so far has been applied and is visible to queries.
+    fn barrier(&self);
+    /// Asks the index; returns the nanoseconds spent in the index's own query call (converting
+    /// the query and the answer to and from the index's types is not timed) and the answer.
+    fn query(&self, query: &[LocalHash]) -> (u64, Scores);
+    /// Events the index refused so far, where it reports them (ours do; Dynamo's only log).
+    fn rejected(&self) -> Option<u64>;
+}
+
+/// How to build a fresh subject.
+pub struct SubjectFactory {
+    pub name: &'static str,
+    /// One of this crate's layouts (the ratio rows are ours / CRTC).
+    pub ours: bool,
+    pub make: Box<dyn Fn(usize) -> Box<dyn Subject>>,
+}
+
+/// The name of Dynamo's default index: every ratio is against it.
+pub const BASELINE: &str = "dynamo-crtc";
+
+/// One of our layouts behind a [`WriterPool`] of `threads` writers.
+struct Ours {
+    pool: WriterPool<dyn KvIndex>,
+}
+
+impl Subject for Ours {
+    fn submit(&self, event: &Event) {
+        self.pool
+            .submit(event.clone())
+            .expect("the writer threads outlive the comparison");
+    }
+
+    fn barrier(&self) {
+        self.pool.flush();
+    }
+
+    fn query(&self, query: &[LocalHash]) -> (u64, Scores) {
+        let t0 = Instant::now();
+        let scores = self.pool.find_matches(query);
+        let ns = t0.elapsed().as_nanos() as u64;
+        (ns, scores.to_sorted_vec())
+    }
+
+    fn rejected(&self) -> Option<u64> {
+        Some(self.pool.stats().rejected())
+    }
+}
+
+/// Every primary layout of this build, each behind a writer pool.
+pub fn ours() -> Vec<SubjectFactory> {
+    flash_indexer::testing::enabled_layouts()
+        .into_iter()
+        .filter(|f| f.primary)
+        .map(|IndexFactory { name, make, .. }| SubjectFactory {
+            name,
+            ours: true,
+            make: Box::new(move |threads| {
+                let index: Arc<dyn KvIndex> = Arc::from(make());
+                let pool = WriterPool::new(
+                    index,
+                    PoolConfig {
+                        threads,
+                        queue_capacity: 8192,
+                    },
+                );
+                Box::new(Ours { pool }) as Box<dyn Subject>
+            }),
+        })
+        .collect()
+}
