@@ -34,7 +34,7 @@ use worker_table::{WorkerCell, WorkerTable};
 
 /// The jump of the search when none is configured.
 ///
-/// Measured with `cargo bench --bench dynamo_workload` (jump sweep; 64 workers, 128-block
+/// Measured with `cargo bench -p flashbench --bench dynamo_workload` (jump sweep; 64 workers, 128-block
 /// queries, 2 cores): query p50 at jumps 4 / 8 / 16 / 32 / 64 / 128 was 1260 / 1150 / 1210 /
 /// 1100 / 1030 / 1370 ns. Short jumps pay a probe every few positions, long ones a deeper
 /// scan-back (log2 J probes per drain point) and more canonical hashes rolled past a
