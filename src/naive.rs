@@ -5,6 +5,7 @@ use crate::index::KvIndex;
 use crate::scores::OverlapScores;
 use crate::sync::{Mutex, MutexGuard, lock};
 use crate::types::{Block, Event, EventKind, LocalHash, SeqHash, Worker};
+use foldhash::fast::RandomState;
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 /// What a worker holds about one block: its local hash and its parent (see [the
@@ -15,11 +16,37 @@ struct Held {
     parent: Option<SeqHash>,
 }
 
-type HeldSet = HashMap<SeqHash, Held>;
+// foldhash rather than SipHash: no input here is adversarial, and the differential suite and
+// the fuzz target spend much of their time in these maps.
+type HeldSet = HashMap<SeqHash, Held, RandomState>;
+type Children = HashMap<Option<SeqHash>, Vec<SeqHash>, RandomState>;
+
+/// One worker's held set, and its child lists while they are valid.
+#[derive(Debug, Default)]
+struct Holding {
+    held: HeldSet,
+    /// `children_of(held)`, built by the first query after a change and dropped by every change:
+    /// queries between two events of a worker share it. Nothing but a cache of a pure function
+    /// of `held`.
+    children: Option<Children>,
+}
+
+impl Holding {
+    /// The held set, for a change (which invalidates the child lists).
+    fn held_mut(&mut self) -> &mut HeldSet {
+        self.children = None;
+        &mut self.held
+    }
+
+    fn depth(&mut self, query: &[LocalHash]) -> u32 {
+        let children = self.children.get_or_insert_with(|| children_of(&self.held));
+        depth(&self.held, children, query)
+    }
+}
 
 /// The reference index: nested maps under one lock, queries walk the held chains.
 ///
-/// Obviously correct, not fast: every query rebuilds each worker's child lists. Use it as the
+/// Obviously correct, not fast: the first query after a worker's event rebuilds its child lists. Use it as the
 /// oracle in tests and as a baseline in benchmarks, not in a router.
 ///
 /// ```
@@ -34,7 +61,7 @@ type HeldSet = HashMap<SeqHash, Held>;
 #[derive(Debug, Default)]
 pub struct NaiveIndexer {
     // A BTreeMap so that `dump` and iteration are deterministic.
-    workers: Mutex<BTreeMap<Worker, HeldSet>>,
+    workers: Mutex<BTreeMap<Worker, Holding>>,
 }
 
 impl NaiveIndexer {
@@ -43,7 +70,7 @@ impl NaiveIndexer {
         Self::default()
     }
 
-    fn lock(&self) -> MutexGuard<'_, BTreeMap<Worker, HeldSet>> {
+    fn lock(&self) -> MutexGuard<'_, BTreeMap<Worker, Holding>> {
         // Every mutation below is validated first, so a poisoned lock is still consistent.
         lock(&self.workers)
     }
@@ -59,7 +86,7 @@ fn store(held: &mut HeldSet, parent: Option<SeqHash>, blocks: &[Block]) -> Resul
             return Err(EventError::UnknownParent { parent: p });
         }
     }
-    let mut seen = HashSet::new();
+    let mut seen = HashSet::with_hasher(RandomState::default());
     for block in blocks {
         if Some(block.seq) == parent || !seen.insert(block.seq) {
             return Err(EventError::InvalidSequence { seq: block.seq });
@@ -93,8 +120,8 @@ fn store(held: &mut HeldSet, parent: Option<SeqHash>, blocks: &[Block]) -> Resul
 }
 
 /// Children of each parent (`None` = chain starts) among a worker's held blocks.
-fn children_of(held: &HeldSet) -> HashMap<Option<SeqHash>, Vec<SeqHash>> {
-    let mut children: HashMap<Option<SeqHash>, Vec<SeqHash>> = HashMap::new();
+fn children_of(held: &HeldSet) -> Children {
+    let mut children = Children::default();
     for (seq, h) in held {
         children.entry(h.parent).or_default().push(*seq);
     }
@@ -104,8 +131,7 @@ fn children_of(held: &HeldSet) -> HashMap<Option<SeqHash>, Vec<SeqHash>> {
 /// The largest `d` such that the worker holds a chain `c_0 .. c_{d-1}` from a root block whose
 /// locals are `query[..d]` (see [the contract](crate::docs::contract)). Every matching chain is
 /// followed at once, so two blocks with the same local under one parent both count.
-fn depth(held: &HeldSet, query: &[LocalHash]) -> u32 {
-    let children = children_of(held);
+fn depth(held: &HeldSet, children: &Children, query: &[LocalHash]) -> u32 {
     let mut frontier: Vec<Option<SeqHash>> = vec![None];
     let mut depth = 0;
     for local in query {
@@ -147,7 +173,7 @@ impl KvIndex for NaiveIndexer {
         let mut workers = self.lock();
         match &event.kind {
             EventKind::Stored { parent, blocks } => {
-                let held = workers.entry(event.worker).or_default();
+                let held = workers.entry(event.worker).or_default().held_mut();
                 let result = store(held, *parent, blocks);
                 if held.is_empty() {
                     workers.remove(&event.worker);
@@ -156,7 +182,7 @@ impl KvIndex for NaiveIndexer {
             }
             EventKind::Removed { blocks } => {
                 let mut missing = Vec::new();
-                let held = workers.get_mut(&event.worker);
+                let held = workers.get_mut(&event.worker).map(Holding::held_mut);
                 match held {
                     None => missing.extend_from_slice(blocks),
                     Some(held) => {
@@ -184,13 +210,13 @@ impl KvIndex for NaiveIndexer {
     }
 
     fn find_matches(&self, query: &[LocalHash]) -> OverlapScores {
-        let workers = self.lock();
+        let mut workers = self.lock();
         let mut scores = OverlapScores::new();
         if query.is_empty() {
             return scores;
         }
-        for (worker, held) in workers.iter() {
-            scores.push(*worker, depth(held, query));
+        for (worker, holding) in workers.iter_mut() {
+            scores.push(*worker, holding.depth(query));
         }
         scores
     }
@@ -204,14 +230,14 @@ impl KvIndex for NaiveIndexer {
     }
 
     fn block_count(&self, worker: Worker) -> usize {
-        self.lock().get(&worker).map_or(0, HashMap::len)
+        self.lock().get(&worker).map_or(0, |h| h.held.len())
     }
 
     fn dump(&self) -> Vec<Event> {
         let workers = self.lock();
         let mut events = Vec::new();
-        for (worker, held) in workers.iter() {
-            for (event_id, (seq, h)) in reachable_in_order(held).into_iter().enumerate() {
+        for (worker, holding) in workers.iter() {
+            for (event_id, (seq, h)) in reachable_in_order(&holding.held).into_iter().enumerate() {
                 let block = Block::new(h.local, seq);
                 events.push(Event::stored(
                     *worker,

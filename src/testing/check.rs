@@ -99,69 +99,88 @@ pub fn check_ops(
     closing_queries: &[Vec<LocalHash>],
     workers: &[Worker],
 ) -> Result<(), Divergence> {
+    check_ops_on_each(&[index], ops, closing_queries, workers).map_err(|(_, d)| d)
+}
+
+/// [`check_ops`] for several indexes at once, in lockstep against one reference: the reference
+/// answers each op once, however many indexes are checked (the fuzz target checks every layout
+/// this way). On a divergence, returns which index (its position in `indexes`) and where.
+pub fn check_ops_on_each(
+    indexes: &[&dyn KvIndex],
+    ops: &[Op],
+    closing_queries: &[Vec<LocalHash>],
+    workers: &[Worker],
+) -> Result<(), (usize, Divergence)> {
     let reference = NaiveIndexer::new();
     for (at, op) in ops.iter().enumerate() {
-        let got = op.run(index);
         let want = op.run(&reference);
-        if got != want {
-            return Err(Divergence {
-                at,
-                what: format!("{}: got {got:?}, want {want:?}", summarize(op)),
-            });
+        for (i, index) in indexes.iter().enumerate() {
+            let got = op.run(*index);
+            if got != want {
+                let what = format!("{}: got {got:?}, want {want:?}", summarize(op));
+                return Err((i, Divergence { at, what }));
+            }
         }
         if let Op::Apply(event) = op {
-            let (got, want) = (
-                index.block_count(event.worker),
-                reference.block_count(event.worker),
-            );
-            if got != want {
-                let what = format!(
-                    "block_count({}) after {}: got {got}, want {want}",
-                    event.worker,
-                    summarize(op)
-                );
-                return Err(Divergence { at, what });
+            let want = reference.block_count(event.worker);
+            for (i, index) in indexes.iter().enumerate() {
+                let got = index.block_count(event.worker);
+                if got != want {
+                    let what = format!(
+                        "block_count({}) after {}: got {got}, want {want}",
+                        event.worker,
+                        summarize(op)
+                    );
+                    return Err((i, Divergence { at, what }));
+                }
             }
         }
     }
     let at = ops.len();
     for w in workers {
-        let (got, want) = (index.block_count(*w), reference.block_count(*w));
-        if got != want {
-            return Err(Divergence {
-                at,
-                what: format!("closing block_count({w}): got {got}, want {want}"),
-            });
+        let want = reference.block_count(*w);
+        for (i, index) in indexes.iter().enumerate() {
+            let got = index.block_count(*w);
+            if got != want {
+                let what = format!("closing block_count({w}): got {got}, want {want}");
+                return Err((i, Divergence { at, what }));
+            }
         }
     }
-    let rebuilt = NaiveIndexer::new();
-    for event in index.dump() {
-        rebuilt.apply(&event).map_err(|e| Divergence {
-            at,
-            what: format!("dump() replay rejected {event:?}: {e}"),
-        })?;
+    let mut rebuilt = Vec::with_capacity(indexes.len());
+    for (i, index) in indexes.iter().enumerate() {
+        let copy = NaiveIndexer::new();
+        for event in index.dump() {
+            copy.apply(&event).map_err(|e| {
+                let what = format!("dump() replay rejected {event:?}: {e}");
+                (i, Divergence { at, what })
+            })?;
+        }
+        rebuilt.push(copy);
     }
     for q in closing_queries {
         let want = reference.find_matches(q);
-        let got = index.find_matches(q);
-        if got != want {
-            let what = format!(
-                "closing query of {} blocks: got {:?}, want {:?}",
-                q.len(),
-                got.to_sorted_vec(),
-                want.to_sorted_vec()
-            );
-            return Err(Divergence { at, what });
-        }
-        let dumped = rebuilt.find_matches(q);
-        if dumped != want {
-            let what = format!(
-                "dump() then query of {} blocks: got {:?}, want {:?}",
-                q.len(),
-                dumped.to_sorted_vec(),
-                want.to_sorted_vec()
-            );
-            return Err(Divergence { at, what });
+        for (i, (index, copy)) in indexes.iter().zip(&rebuilt).enumerate() {
+            let got = index.find_matches(q);
+            if got != want {
+                let what = format!(
+                    "closing query of {} blocks: got {:?}, want {:?}",
+                    q.len(),
+                    got.to_sorted_vec(),
+                    want.to_sorted_vec()
+                );
+                return Err((i, Divergence { at, what }));
+            }
+            let dumped = copy.find_matches(q);
+            if dumped != want {
+                let what = format!(
+                    "dump() then query of {} blocks: got {:?}, want {:?}",
+                    q.len(),
+                    dumped.to_sorted_vec(),
+                    want.to_sorted_vec()
+                );
+                return Err((i, Divergence { at, what }));
+            }
         }
     }
     Ok(())

@@ -30,7 +30,7 @@ mod universe;
 pub use crate::mix::{GOLDEN, SplitMix64, splitmix64};
 #[cfg(not(loom))]
 pub use alloc::{CountingAlloc, collect_garbage};
-pub use check::{Divergence, Op, check_ops};
+pub use check::{Divergence, Op, check_ops, check_ops_on_each};
 #[cfg(all(feature = "arbitrary", feature = "vllm", not(loom)))]
 pub use fuzz_input::run_decode_input;
 #[cfg(feature = "arbitrary")]
