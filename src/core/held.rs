@@ -16,6 +16,7 @@
 //! blocks, so the slot leaves the entry only with the last of them.
 
 use super::canon::{Canon, Key};
+use super::child_list::ChildList;
 use super::entry_set::Slot;
 use super::layout::Layout;
 use crate::error::EventError;
@@ -69,10 +70,10 @@ pub(crate) struct HeldBlocks<L: Layout> {
     slot: Slot,
     blocks: Map<SeqHash, Held<L::Handle>>,
     /// Held children beyond the first (`Held::child`) of held blocks: only branch points.
-    more_children: Map<SeqHash, Vec<SeqHash>>,
+    more_children: Map<SeqHash, ChildList>,
     /// Held children of blocks that are not held (removed while their children stayed). They
     /// are adopted again when the block is stored again.
-    orphans: Map<SeqHash, Vec<SeqHash>>,
+    orphans: Map<SeqHash, ChildList>,
     /// Reachable blocks beyond the first at each key (salted twins).
     extra: Map<Key, u32>,
 }
@@ -102,7 +103,7 @@ impl<L: Layout> HeldBlocks<L> {
         if held.flags & HAS_CHILD != 0 {
             out.push(held.child);
             if let Some(more) = self.more_children.get(&seq) {
-                out.extend_from_slice(more);
+                out.extend_from_slice(more.as_slice());
             }
         }
     }
@@ -175,7 +176,7 @@ impl<L: Layout> HeldBlocks<L> {
         }
         // Children that stayed held while this block was gone come back with it.
         if let Some(mut kids) = self.orphans.remove(&seq) {
-            held.child = kids.swap_remove(0);
+            held.child = kids.pop().expect("orphan lists are never empty");
             held.flags |= HAS_CHILD;
             if !kids.is_empty() {
                 self.more_children.insert(seq, kids);
@@ -282,11 +283,11 @@ impl<L: Layout> HeldBlocks<L> {
             if held.flags & REACHABLE != 0 {
                 self.detach(layout, guard, seq);
             }
-            // Its children stay held (the contract) and wait for it as orphans.
-            let mut kids = Vec::new();
-            self.children(seq, &mut kids);
-            self.more_children.remove(&seq);
-            if !kids.is_empty() {
+            // Its children stay held (the contract) and wait for it as orphans: the list moves
+            // as a whole, however many there are.
+            if held.flags & HAS_CHILD != 0 {
+                let mut kids = self.more_children.remove(&seq).unwrap_or_default();
+                kids.push(held.child);
                 self.orphans.insert(seq, kids);
             }
             self.blocks.remove(&seq);
@@ -308,7 +309,7 @@ impl<L: Layout> HeldBlocks<L> {
                 .orphans
                 .get_mut(&parent)
                 .expect("a held block is linked to its parent");
-            remove_from(siblings, seq);
+            siblings.remove(seq);
             if siblings.is_empty() {
                 self.orphans.remove(&parent);
             }
@@ -316,14 +317,18 @@ impl<L: Layout> HeldBlocks<L> {
         };
         let more = self.more_children.get_mut(&parent);
         if p.flags & HAS_CHILD != 0 && p.child == seq {
-            match more.and_then(Vec::pop) {
+            match more.and_then(ChildList::pop) {
                 Some(next) => p.child = next,
                 None => p.flags &= !HAS_CHILD,
             }
         } else if let Some(more) = more {
-            remove_from(more, seq);
+            more.remove(seq);
         }
-        if self.more_children.get(&parent).is_some_and(Vec::is_empty) {
+        if self
+            .more_children
+            .get(&parent)
+            .is_some_and(ChildList::is_empty)
+        {
             self.more_children.remove(&parent);
         }
     }
@@ -359,11 +364,5 @@ impl<L: Layout> HeldBlocks<L> {
                 vec![Block::new(held.local, seq)],
             ));
         }
-    }
-}
-
-fn remove_from(list: &mut Vec<SeqHash>, seq: SeqHash) {
-    if let Some(i) = list.iter().position(|s| *s == seq) {
-        list.swap_remove(i);
     }
 }

@@ -6,6 +6,7 @@
 //! (`search.rs`).
 
 mod canon;
+mod child_list;
 mod entry_set;
 mod held;
 pub(crate) mod layout;
