@@ -198,7 +198,7 @@ impl<L: Layout> KvIndex for Indexer<L> {
     }
 
     fn remove_worker(&self, id: u64) {
-        for (worker, cell) in self.workers.cells_where(|w| w.id == id) {
+        for (worker, cell) in self.workers.cells_of(id) {
             self.drop_worker(worker, &cell);
         }
     }
@@ -219,7 +219,7 @@ impl<L: Layout> KvIndex for Indexer<L> {
 
     fn dump(&self) -> Vec<Event> {
         let mut events = Vec::new();
-        for (worker, cell) in self.workers.cells_where(|_| true) {
+        for (worker, cell) in self.workers.all_cells() {
             if let Some(st) = lock(&cell.state).as_ref() {
                 st.dump(worker, &mut events);
             }

@@ -13,6 +13,7 @@ use super::layout::Layout;
 use crate::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use crate::sync::{Arc, Mutex, lock};
 use crate::types::Worker;
+use foldhash::fast::RandomState;
 use std::collections::HashMap;
 use std::sync::OnceLock; // sync-shim: loom has no OnceLock; segments are written once
 
@@ -112,9 +113,27 @@ struct FreeSlots {
     next: Slot,
 }
 
+/// Shards of the cell table: a worker's event locks only its shard, for one lookup.
+#[cfg(not(loom))]
+const SHARDS: usize = 64;
+/// Two under loom, so that models can still see two workers share a shard.
+#[cfg(loom)]
+const SHARDS: usize = 2;
+
+/// One shard's live workers: dp ranks and cells by worker id, so that `remove_worker(id)` finds
+/// an id's ranks without looking at anybody else.
+type Shard<L> = HashMap<u64, Vec<(u32, Arc<WorkerCell<L>>)>, RandomState>;
+
 /// The live workers, their cells and slots.
+///
+/// Every event looks its worker up here, and the set of workers changes rarely (a worker's first
+/// event, its last). The cells are sharded by worker id under small locks, each taken for one
+/// hash lookup: events of different workers do not wait on one global lock, and a worker's dp
+/// ranks sit together, so removing a worker costs its own ranks, not a scan of the fleet. (A
+/// snapshot swapped with `arc-swap` would make lookups lock-free too, but copies the whole table
+/// on every new worker: quadratic when 100,000 workers arrive.)
 pub(crate) struct WorkerTable<L: Layout> {
-    cells: Mutex<HashMap<Worker, Arc<WorkerCell<L>>>>,
+    shards: Box<[Mutex<Shard<L>>]>,
     pub(crate) names: Names,
     free: Arc<Mutex<FreeSlots>>,
 }
@@ -122,7 +141,7 @@ pub(crate) struct WorkerTable<L: Layout> {
 impl<L: Layout> Default for WorkerTable<L> {
     fn default() -> Self {
         Self {
-            cells: Mutex::new(HashMap::new()),
+            shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(),
             names: Names {
                 segments: std::array::from_fn(|_| OnceLock::new()),
             },
@@ -132,10 +151,15 @@ impl<L: Layout> Default for WorkerTable<L> {
 }
 
 impl<L: Layout> WorkerTable<L> {
+    fn shard(&self, id: u64) -> &Mutex<Shard<L>> {
+        &self.shards[(crate::mix::splitmix64(id) % SHARDS as u64) as usize]
+    }
+
     /// The cell of `worker`, created (with a fresh slot) when the worker is new.
     pub(crate) fn cell_or_create(&self, worker: Worker) -> Arc<WorkerCell<L>> {
-        let mut cells = lock(&self.cells);
-        if let Some(cell) = cells.get(&worker) {
+        let mut shard = lock(self.shard(worker.id));
+        let ranks = shard.entry(worker.id).or_default();
+        if let Some((_, cell)) = ranks.iter().find(|(r, _)| *r == worker.dp_rank) {
             return cell.clone();
         }
         let slot = {
@@ -150,26 +174,43 @@ impl<L: Layout> WorkerTable<L> {
             slot,
             state: Mutex::new(Some(HeldBlocks::new(slot))),
         });
-        cells.insert(worker, cell.clone());
+        ranks.push((worker.dp_rank, cell.clone()));
         cell
     }
 
     /// The cell of `worker`, if it is live.
     pub(crate) fn cell(&self, worker: Worker) -> Option<Arc<WorkerCell<L>>> {
-        lock(&self.cells).get(&worker).cloned()
+        let shard = lock(self.shard(worker.id));
+        let ranks = shard.get(&worker.id)?;
+        let (_, cell) = ranks.iter().find(|(r, _)| *r == worker.dp_rank)?;
+        Some(cell.clone())
     }
 
-    /// The live workers matching `filter`, with their cells.
-    pub(crate) fn cells_where(
-        &self,
-        filter: impl Fn(&Worker) -> bool,
-    ) -> Vec<(Worker, Arc<WorkerCell<L>>)> {
-        let cells = lock(&self.cells);
-        let mut out: Vec<_> = cells
-            .iter()
-            .filter(|(w, _)| filter(w))
-            .map(|(w, c)| (*w, c.clone()))
-            .collect();
+    /// The live dp ranks of worker `id`, with their cells, by rank.
+    pub(crate) fn cells_of(&self, id: u64) -> Vec<(Worker, Arc<WorkerCell<L>>)> {
+        let shard = lock(self.shard(id));
+        let mut out: Vec<_> = shard.get(&id).map_or_else(Vec::new, |ranks| {
+            ranks
+                .iter()
+                .map(|(rank, cell)| (Worker::new(id, *rank), cell.clone()))
+                .collect()
+        });
+        out.sort_unstable_by_key(|(w, _)| *w);
+        out
+    }
+
+    /// Every live worker with its cell, in `Worker` order.
+    pub(crate) fn all_cells(&self) -> Vec<(Worker, Arc<WorkerCell<L>>)> {
+        let mut out = Vec::new();
+        for shard in self.shards.iter() {
+            for (id, ranks) in lock(shard).iter() {
+                out.extend(
+                    ranks
+                        .iter()
+                        .map(|(rank, cell)| (Worker::new(*id, *rank), cell.clone())),
+                );
+            }
+        }
         out.sort_unstable_by_key(|(w, _)| *w);
         out
     }
@@ -178,11 +219,14 @@ impl<L: Layout> WorkerTable<L> {
     /// `None` and removed every layout entry of the slot. The slot is freed once no query that
     /// started before this call can still be reading it.
     pub(crate) fn retire(&self, worker: Worker, cell: &Arc<WorkerCell<L>>) {
-        let mut cells = lock(&self.cells);
-        if cells.get(&worker).is_some_and(|c| Arc::ptr_eq(c, cell)) {
-            cells.remove(&worker);
+        let mut shard = lock(self.shard(worker.id));
+        if let Some(ranks) = shard.get_mut(&worker.id) {
+            ranks.retain(|(rank, c)| *rank != worker.dp_rank || !Arc::ptr_eq(c, cell));
+            if ranks.is_empty() {
+                shard.remove(&worker.id);
+            }
         }
-        drop(cells);
+        drop(shard);
         let free = self.free.clone();
         let slot = cell.slot;
         let guard = crossbeam_epoch::pin();
@@ -191,7 +235,10 @@ impl<L: Layout> WorkerTable<L> {
 
     /// Live workers.
     pub(crate) fn len(&self) -> usize {
-        lock(&self.cells).len()
+        self.shards
+            .iter()
+            .map(|shard| lock(shard).values().map(Vec::len).sum::<usize>())
+            .sum()
     }
 }
 
