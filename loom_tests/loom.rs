@@ -35,10 +35,10 @@ fn radix_reader_walks_through_nodes_being_unlinked() {
                 let Some(a) = tree.child(None, LocalHash(1), &guard) else {
                     return;
                 };
-                let at_a = tree.workers(a, &guard).map(|s| s.as_slice().to_vec());
+                let at_a = tree.workers(a, &guard).map(|s| s.to_vec());
                 assert!(matches!(at_a.as_deref(), None | Some([7])));
                 if let Some(b) = tree.child(Some(a), LocalHash(2), &guard) {
-                    let at_b = tree.workers(b, &guard).map(|s| s.as_slice().to_vec());
+                    let at_b = tree.workers(b, &guard).map(|s| s.to_vec());
                     assert!(matches!(at_b.as_deref(), None | Some([7])));
                 }
             })
@@ -82,7 +82,7 @@ fn radix_two_writers_create_the_same_child() {
         let guard = tree.guard();
         let node = tree.child(None, LocalHash(9), &guard).expect("linked");
         assert_eq!(
-            tree.workers(node, &guard).map(|s| s.as_slice().to_vec()),
+            tree.workers(node, &guard).map(|s| s.to_vec()),
             Some(vec![1, 2])
         );
     });
@@ -117,7 +117,7 @@ fn radix_join_races_unlink() {
             .expect("worker 2's node is linked");
         assert_eq!(node.handle(), joined);
         assert_eq!(
-            tree.workers(node, &guard).map(|s| s.as_slice().to_vec()),
+            tree.workers(node, &guard).map(|s| s.to_vec()),
             Some(vec![2])
         );
         assert_eq!(tree.entries(), 1);
@@ -139,7 +139,7 @@ fn radix_worker_set_upgrade_against_a_reader() {
             thread::spawn(move || {
                 let guard = tree.guard();
                 let node = tree.child(None, LocalHash(3), &guard).expect("linked");
-                let seen = tree.workers(node, &guard).map(|s| s.as_slice().to_vec());
+                let seen = tree.workers(node, &guard).map(|s| s.to_vec());
                 assert!(
                     matches!(seen.as_deref(), Some([4]) | Some([2, 4])),
                     "{seen:?}"

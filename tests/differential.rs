@@ -47,6 +47,11 @@ fn many_workers() {
     every_layout(Profile::many_workers().cases(cases(24)));
 }
 
+#[test]
+fn wide_sets() {
+    every_layout(Profile::wide_sets().cases(cases(16)));
+}
+
 /// Jump sizes around and at the extremes: the search must be exact for every one of them.
 #[cfg(feature = "positional")]
 mod positional_jumps {

@@ -173,8 +173,8 @@ mod tests {
         assert_eq!(layout.entries(), 4);
         for key in keys {
             assert_eq!(
-                layout.get(key, &guard).map(WorkerSet::as_slice),
-                Some(&[5][..])
+                layout.get(key, &guard).map(WorkerSet::to_vec),
+                Some(vec![5])
             );
             // SAFETY: this layout's handles are `()`: it trusts nothing passed back.
             assert!(unsafe { layout.remove(key, (), 5, &guard) });

@@ -25,6 +25,10 @@ use crate::types::LocalHash;
 use crossbeam_epoch::{Atomic, Guard, Owned, Shared};
 use std::ptr::NonNull;
 
+/// A node's wide worker set is changed (in place, or replaced) only under the node's lock, so a
+/// writer holding that lock never finds it retired.
+const WIDE_UNDER_NODE_LOCK: &str = "a node's wide set is replaced only under the node's lock";
+
 /// Children beyond this many move from a sorted array to a concurrent map: copying the array
 /// on every insert is quadratic at a fan-out of thousands (the last shared block of a system
 /// prompt, under which every conversation forks).
@@ -256,14 +260,32 @@ impl Node {
         let child_state = lock(&child.unlinked);
         // Linked under our lock, so not dead: unlinking needs the parent's lock, which we hold.
         debug_assert!(!*child_state);
-        let added = match child.workers(guard) {
-            None => Some(WorkerSet::One(slot)),
-            Some(set) => set.with(slot),
+        let new = match child.workers(guard) {
+            None => {
+                child.set_workers(Some(WorkerSet::One(slot)), guard);
+                true
+            }
+            Some(set) => match set.wide() {
+                Some(wide) => {
+                    let mut writer = wide.write().expect(WIDE_UNDER_NODE_LOCK);
+                    match writer.insert(slot) {
+                        Ok(added) => added,
+                        Err(wider) => {
+                            child.set_workers(Some(wider), guard);
+                            writer.retire();
+                            true
+                        }
+                    }
+                }
+                None => match set.with(slot) {
+                    Some(grown) => {
+                        child.set_workers(Some(grown), guard);
+                        true
+                    }
+                    None => false,
+                },
+            },
         };
-        let new = added.is_some();
-        if let Some(set) = added {
-            child.set_workers(Some(set), guard);
-        }
         drop(child_state);
         drop(parent_state);
         (child, new, created)
@@ -280,11 +302,31 @@ impl Node {
         let parent = unsafe { &*self.parent };
         let parent_state = lock(&parent.unlinked);
         let state = lock(&self.unlinked);
-        let Some(rest) = self.workers(guard).and_then(|set| set.without(slot).ok()) else {
+        let Some(set) = self.workers(guard) else {
             return (false, 0);
         };
-        let empty = rest.is_none();
-        self.set_workers(rest, guard);
+        let empty = match set.wide() {
+            Some(wide) => {
+                let mut writer = wide.write().expect(WIDE_UNDER_NODE_LOCK);
+                match writer.remove(slot) {
+                    Ok(false) => return (false, 0),
+                    Ok(true) => false,
+                    Err(narrow) => {
+                        self.set_workers(Some(narrow), guard);
+                        writer.retire();
+                        false
+                    }
+                }
+            }
+            None => {
+                let Ok(rest) = set.without(slot) else {
+                    return (false, 0);
+                };
+                let empty = rest.is_none();
+                self.set_workers(rest, guard);
+                empty
+            }
+        };
         drop(state);
         drop(parent_state);
         let unlinked = if empty { self.prune(guard) } else { 0 };

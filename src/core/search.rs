@@ -42,65 +42,6 @@ struct ScanBack<'a, 'g, L: ByPosition> {
     scratch: Vec<Slot>,
 }
 
-/// Moves the slots of `slots` (sorted) that are in `set` (sorted) to the front, keeping both
-/// parts sorted; returns how many are present. One merge walk: O(|slots| + |set|).
-fn partition_sorted(slots: &mut [Slot], set: &[Slot], scratch: &mut Vec<Slot>) -> usize {
-    if is_subset(slots, set) {
-        return slots.len();
-    }
-    scratch.clear();
-    let (mut write, mut j) = (0, 0);
-    for read in 0..slots.len() {
-        let slot = slots[read];
-        while j < set.len() && set[j] < slot {
-            j += 1;
-        }
-        if j < set.len() && set[j] == slot {
-            slots[write] = slot;
-            write += 1;
-        } else {
-            scratch.push(slot);
-        }
-    }
-    slots[write..].copy_from_slice(scratch);
-    write
-}
-
-/// Length of the common prefix of two slices, comparing 16 slots at a time (`memcmp`).
-fn common_prefix(a: &[Slot], b: &[Slot]) -> usize {
-    const CHUNK: usize = 16;
-    let n = a.len().min(b.len());
-    let mut i = 0;
-    while i + CHUNK <= n && a[i..i + CHUNK] == b[i..i + CHUNK] {
-        i += CHUNK;
-    }
-    while i < n && a[i] == b[i] {
-        i += 1;
-    }
-    i
-}
-
-/// Whether sorted `small` is a subset of sorted `big`. Fast when `big` has few extra slots (the
-/// usual case: the workers that drained plus the few that go on): equal runs are compared
-/// with `memcmp`, and each extra slot costs one binary search.
-fn is_subset(mut small: &[Slot], mut big: &[Slot]) -> bool {
-    loop {
-        if small.len() > big.len() {
-            return false;
-        }
-        let common = common_prefix(small, big);
-        small = &small[common..];
-        big = &big[common..];
-        let Some(&next) = small.first() else {
-            return true;
-        };
-        if big[0] > next {
-            return false;
-        }
-        big = &big[big.partition_point(|&s| s < next)..];
-    }
-}
-
 impl<L: ByPosition> ScanBack<'_, '_, L> {
     /// `slots` were present at `lo` and absent at `hi`: find each one's last position.
     fn scan_back(&mut self, slots: &mut [Slot], lo: u32, hi: u32) {
@@ -121,7 +62,7 @@ impl<L: ByPosition> ScanBack<'_, '_, L> {
         // Partition in place, present at `mid` first; both parts stay sorted for the next merge.
         let split = match self.layout.get(key, self.guard) {
             None => 0,
-            Some(set) => partition_sorted(slots, set.as_slice(), &mut self.scratch),
+            Some(set) => set.partition(slots, &mut self.scratch),
         };
         let (present, absent) = slots.split_at_mut(split);
         self.scan_back(present, mid, hi);
@@ -166,7 +107,7 @@ fn walk<L: Tree>(layout: &L, names: &Names, query: &[LocalHash]) -> OverlapScore
     let Some(set) = layout.workers(node, &guard) else {
         return scores;
     };
-    let mut active: Vec<Slot> = set.as_slice().to_vec();
+    let mut active: Vec<Slot> = set.to_vec();
     scores = OverlapScores::with_capacity(active.len());
     let mut scratch = Vec::new();
     let mut depth = 1u32;
@@ -176,7 +117,7 @@ fn walk<L: Tree>(layout: &L, names: &Names, query: &[LocalHash]) -> OverlapScore
             layout.workers(child, &guard)
         });
         let still = match set {
-            Some(set) => partition_sorted(&mut active, set.as_slice(), &mut scratch),
+            Some(set) => set.partition(&mut active, &mut scratch),
             None => 0,
         };
         for &slot in &active[still..] {
@@ -228,7 +169,7 @@ fn jump_search<L: ByPosition>(
     ) else {
         return search.scores;
     };
-    let mut active: Vec<Slot> = set.as_slice().to_vec();
+    let mut active: Vec<Slot> = set.to_vec();
     search.scores = OverlapScores::with_capacity(active.len());
     let mut dropped: Vec<Slot> = Vec::new();
     let base_jump = jump.clamp(1, MAX_JUMP);
@@ -251,9 +192,9 @@ fn jump_search<L: ByPosition>(
             },
             &guard,
         ) {
-            Some(set) if set.as_slice() == active.as_slice() => {}
+            Some(set) if set.is_exactly(&active) => {}
             Some(set) => {
-                let still = partition_sorted(&mut active, set.as_slice(), &mut search.scratch);
+                let still = set.partition(&mut active, &mut search.scratch);
                 dropped.extend_from_slice(&active[still..]);
                 active.truncate(still);
             }
@@ -273,40 +214,4 @@ fn jump_search<L: ByPosition>(
         search.scores.push(names.name(slot), lo + 1);
     }
     search.scores
-}
-
-#[cfg(test)]
-mod tests {
-    use super::{is_subset, partition_sorted};
-
-    #[test]
-    fn subset_of_sorted_slices() {
-        let big: Vec<u32> = (0..100).filter(|s| s % 7 != 3).collect();
-        assert!(is_subset(&big, &big));
-        assert!(is_subset(&[], &big));
-        assert!(is_subset(&big[5..60], &big));
-        let sparse: Vec<u32> = big.iter().copied().filter(|s| s % 2 == 0).collect();
-        assert!(is_subset(&sparse, &big));
-        assert!(!is_subset(&[3], &big));
-        assert!(!is_subset(&[0, 1, 2, 3], &big));
-        assert!(!is_subset(&[99, 100], &big));
-        assert!(!is_subset(&big, &big[1..]));
-    }
-
-    #[test]
-    fn partition_keeps_both_parts_sorted() {
-        let mut slots = vec![1, 3, 4, 7, 9, 12];
-        let mut scratch = Vec::new();
-        assert_eq!(
-            partition_sorted(&mut slots, &[0, 3, 5, 9, 12, 40], &mut scratch),
-            3
-        );
-        assert_eq!(slots, [3, 9, 12, 1, 4, 7]);
-        assert_eq!(
-            partition_sorted(&mut slots[..3], &[3, 9, 12], &mut scratch),
-            3
-        );
-        assert_eq!(partition_sorted(&mut slots[3..], &[2], &mut scratch), 0);
-        assert_eq!(slots[3..], [1, 4, 7]);
-    }
 }

@@ -56,6 +56,18 @@ impl Profile {
         }
     }
 
+    /// Hundreds of workers storing the same few paths, so that entries hold more workers than a
+    /// sorted list does (wide sets, changed in place) and shrink back as workers leave.
+    pub fn wide_sets() -> Self {
+        Self {
+            ids: 160,
+            ranks: 1,
+            max_pos: 20,
+            steps: 700,
+            cases: 16,
+        }
+    }
+
     /// The same profile with `cases` cases.
     pub fn cases(mut self, cases: u32) -> Self {
         self.cases = cases;
