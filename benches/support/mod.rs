@@ -28,4 +28,5 @@ pub(crate) fn indexes(with_naive: bool) -> Vec<IndexFactory> {
 }
 
 /// The deterministic generator, so that every run measures the same data.
+#[allow(unused_imports)] // Not every bench draws random data.
 pub(crate) use flash_indexer::testing::SplitMix64 as Rng;
