@@ -258,7 +258,7 @@ impl WideWriter<'_> {
 fn partition_by(
     slots: &mut [Slot],
     scratch: &mut Vec<Slot>,
-    present: impl Fn(Slot) -> bool,
+    mut present: impl FnMut(Slot) -> bool,
 ) -> usize {
     scratch.clear();
     let mut write = 0;
@@ -281,22 +281,14 @@ fn partition_sorted(slots: &mut [Slot], set: &[Slot], scratch: &mut Vec<Slot>) -
     if is_subset(slots, set) {
         return slots.len();
     }
-    scratch.clear();
-    let (mut write, mut j) = (0, 0);
-    for read in 0..slots.len() {
-        let slot = slots[read];
+    // `slots` is sorted, so one pointer walks `set` forward: a merge, O(|slots| + |set|).
+    let mut j = 0;
+    partition_by(slots, scratch, |slot| {
         while j < set.len() && set[j] < slot {
             j += 1;
         }
-        if j < set.len() && set[j] == slot {
-            slots[write] = slot;
-            write += 1;
-        } else {
-            scratch.push(slot);
-        }
-    }
-    slots[write..].copy_from_slice(scratch);
-    write
+        j < set.len() && set[j] == slot
+    })
 }
 
 /// Length of the common prefix of two slices, comparing 16 slots at a time (`memcmp`).
