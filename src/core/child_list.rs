@@ -1,37 +1,46 @@
-//! The held children of one block beyond its first: an unordered list whose every operation
-//! costs O(1), however wide the fan-out.
+//! The runs that hang under one block: an unordered list whose every operation costs O(1),
+//! however wide the fan-out.
 //!
-//! Most blocks have one child (kept inline in the block's record), branch points a few, and a
-//! shared system prompt can have hundreds of thousands. A plain list makes removing one of
-//! `n` siblings cost O(n) (a scan); past [`FEW`] children the list keeps each child's index
-//! too, so a removal is a `swap_remove` plus one fix-up.
+//! Most blocks have no runs under them (their child is the next block of their own run),
+//! branch points a few, and a shared system prompt can have hundreds of thousands. A plain list
+//! makes removing one of `n` siblings cost O(n) (a scan); past [`FEW`] children the list keeps
+//! each child's index too, so a removal is a `swap_remove` plus one fix-up.
 
-use crate::types::SeqHash;
 use foldhash::fast::RandomState;
 use std::collections::HashMap;
+use std::hash::Hash;
 
 /// Children up to this many are found by scanning (cheaper than hashing at this size).
 const FEW: usize = 16;
 
-/// An unordered list of distinct seq hashes with O(1) push, remove and pop.
-#[derive(Debug, Default)]
-pub(crate) struct ChildList {
-    list: Vec<SeqHash>,
+/// An unordered list of distinct elements with O(1) push and remove.
+#[derive(Debug)]
+pub(crate) struct ChildList<T> {
+    list: Vec<T>,
     /// Index of each element of `list`, once it is longer than [`FEW`].
-    at: Option<HashMap<SeqHash, u32, RandomState>>,
+    at: Option<HashMap<T, u32, RandomState>>,
 }
 
-impl ChildList {
+impl<T> Default for ChildList<T> {
+    fn default() -> Self {
+        Self {
+            list: Vec::new(),
+            at: None,
+        }
+    }
+}
+
+impl<T: Copy + Eq + Hash> ChildList<T> {
     pub(crate) fn is_empty(&self) -> bool {
         self.list.is_empty()
     }
 
-    pub(crate) fn as_slice(&self) -> &[SeqHash] {
+    pub(crate) fn as_slice(&self) -> &[T] {
         &self.list
     }
 
     /// Adds `seq`, which the caller knows is not in the list.
-    pub(crate) fn push(&mut self, seq: SeqHash) {
+    pub(crate) fn push(&mut self, seq: T) {
         let index = self.list.len();
         self.list.push(seq);
         match &mut self.at {
@@ -51,17 +60,8 @@ impl ChildList {
         }
     }
 
-    /// Removes and returns some element.
-    pub(crate) fn pop(&mut self) -> Option<SeqHash> {
-        let seq = self.list.pop()?;
-        if let Some(at) = &mut self.at {
-            at.remove(&seq);
-        }
-        Some(seq)
-    }
-
     /// Removes `seq`; `false` if it was not there.
-    pub(crate) fn remove(&mut self, seq: SeqHash) -> bool {
+    pub(crate) fn remove(&mut self, seq: T) -> bool {
         let index = match &mut self.at {
             Some(at) => match at.remove(&seq) {
                 Some(i) => i as usize,
@@ -100,8 +100,9 @@ mod tests {
                     model.insert(seq);
                 }
                 0 | 1 => assert!(list.remove(seq) && model.remove(&seq)),
-                _ => match list.pop() {
-                    Some(s) => assert!(model.remove(&s)),
+                // The first element: a removal that moves the last one into its place.
+                _ => match list.as_slice().first().copied() {
+                    Some(s) => assert!(list.remove(s) && model.remove(&s)),
                     None => assert!(model.is_empty()),
                 },
             }

@@ -1,15 +1,24 @@
-//! Per-worker state: what one worker holds, validation, and the reachability cascade.
+//! Per-worker state: what one worker holds, in runs; validation; the reachability cascade.
+//!
+//! A worker's blocks live in [runs](super::run): a stored event extends the run its parent ends,
+//! or starts one. One map names every held seq's run and offset (16 bytes a block); runs that
+//! hang under a block in the middle of a run, or under a block that is not held (removed while
+//! its descendants stayed), are listed under that block's seq in `kids`, so a block that comes
+//! back finds its descendants in one lookup.
 //!
 //! # The reachable-only invariant
 //!
 //! A worker's slot is in a layout entry exactly while the worker has a *reachable* block (see
 //! [the contract](crate::docs::contract)) with that entry's key. Since a reachable block's parent
 //! is reachable, presence at position `p` on a query's canonical chain implies presence at every
-//! position before `p`: the worker sets along a query shrink monotonically. Jump search and binary scan-back rely on that.
+//! position before `p`: the worker sets along a query shrink monotonically. Jump search and
+//! binary scan-back rely on that.
 //!
-//! Every mutation keeps the invariant *at every instant*, not only between events, so racing
-//! queries never see a phantom: a hole detaches its reachable subtree deepest-first (children
-//! before their parent), a re-store attaches shallowest-first (parent before its children).
+//! At run granularity: a run's blocks `0..reach` are reachable, where `reach` is the run's first
+//! hole (or its length) when its parent is reachable (`rooted`) and 0 otherwise. Every mutation
+//! keeps the invariant *at every instant*, not only between events, so racing queries never see
+//! a phantom: a hole detaches what it cuts off deepest-first (a run's blocks from its end, runs
+//! below before the run above them), a repair attaches shallowest-first.
 //!
 //! Two reachable blocks can share a key (same local hash under the same parent, different engine
 //! seqs: the contract's salted twins). The layout holds the slot once; `extra` counts the other
@@ -19,93 +28,59 @@ use super::canon::{Canon, Key};
 use super::child_list::ChildList;
 use super::entry_set::Slot;
 use super::layout::Layout;
+use super::run::{CHECKPOINT, Loc, Run, RunId};
 use crate::error::EventError;
-use crate::types::{Block, Event, LocalHash, SeqHash, Worker};
+use crate::types::{Block, Event, SeqHash, Worker};
 use foldhash::fast::RandomState;
 use std::collections::{HashMap, HashSet};
 
 type Map<K, V> = HashMap<K, V, RandomState>;
 
-/// One held block, packed: a fleet holds millions, so every byte counts (40 bytes, plus the
-/// layout's handle: nothing for the maps, a node pointer for the tree).
-#[derive(Clone, Copy, Debug)]
-struct Held<H> {
-    local: LocalHash,
-    /// Valid when `HAS_PARENT`.
-    parent: SeqHash,
-    /// Canonical hash, valid when `REACHABLE`.
-    canon: u64,
-    /// The first held child, valid when `HAS_CHILD`; further children are in `more_children`.
-    child: SeqHash,
-    /// Position, valid when `REACHABLE`.
-    pos: u32,
-    flags: u8,
-    /// The layout's handle of the entry, while `REACHABLE`.
-    handle: Option<H>,
-}
-
-const HAS_PARENT: u8 = 1;
-const REACHABLE: u8 = 2;
-const HAS_CHILD: u8 = 4;
-
-impl<H: Copy> Held<H> {
-    fn parent(&self) -> Option<SeqHash> {
-        (self.flags & HAS_PARENT != 0).then_some(self.parent)
-    }
-
-    fn reach(&self) -> Option<Key> {
-        (self.flags & REACHABLE != 0).then_some(Key {
-            pos: self.pos,
-            canon: self.canon,
-        })
-    }
-
-    fn reach_handle(&self) -> Option<(Key, H)> {
-        self.reach().zip(self.handle)
-    }
-}
-
 /// What one worker holds. Touched only under the worker's lock.
 pub(crate) struct HeldBlocks<L: Layout> {
     slot: Slot,
-    blocks: Map<SeqHash, Held<L::Handle>>,
-    /// Held children beyond the first (`Held::child`) of held blocks: only branch points.
-    more_children: Map<SeqHash, ChildList>,
-    /// Held children of blocks that are not held (removed while their children stayed). They
-    /// are adopted again when the block is stored again.
-    orphans: Map<SeqHash, ChildList>,
+    /// Every held seq, and every hole's, to its run and offset.
+    at: Map<SeqHash, Loc>,
+    /// Indexed by [`RunId`]; vacant slots are listed in `free`.
+    runs: Vec<Run<L::Handle>>,
+    free: Vec<RunId>,
+    /// Runs whose first block's parent is this seq, when that parent is not the previous block
+    /// of their own run: branches, and runs left under a block that is not held any more.
+    kids: Map<SeqHash, ChildList<RunId>>,
     /// Reachable blocks beyond the first at each key (salted twins).
     extra: Map<Key, u32>,
+    /// Holes in `at`.
+    holes: usize,
+    /// Canonical hashes being detached, kept between events so that a removal allocates nothing.
+    scratch: Vec<u64>,
 }
 
 impl<L: Layout> HeldBlocks<L> {
     pub(crate) fn new(slot: Slot) -> Self {
         Self {
             slot,
-            blocks: Map::default(),
-            more_children: Map::default(),
-            orphans: Map::default(),
+            at: Map::default(),
+            runs: Vec::new(),
+            free: Vec::new(),
+            kids: Map::default(),
             extra: Map::default(),
+            holes: 0,
+            scratch: Vec::new(),
         }
     }
 
     pub(crate) fn block_count(&self) -> usize {
-        self.blocks.len()
+        self.at.len() - self.holes
     }
 
+    /// Holds nothing. (A hole is never last in its run, so then `at` is empty too.)
     pub(crate) fn is_empty(&self) -> bool {
-        self.blocks.is_empty()
+        self.block_count() == 0
     }
 
-    /// Held children of the held block `seq`.
-    fn children(&self, seq: SeqHash, out: &mut Vec<SeqHash>) {
-        let held = &self.blocks[&seq];
-        if held.flags & HAS_CHILD != 0 {
-            out.push(held.child);
-            if let Some(more) = self.more_children.get(&seq) {
-                out.extend_from_slice(more.as_slice());
-            }
-        }
+    /// Where the held block `seq` is.
+    fn held(&self, seq: SeqHash) -> Option<Loc> {
+        self.at.get(&seq).copied().filter(|loc| !loc.is_hole())
     }
 
     /// Applies a `Stored` event: checks in the contract's order, then all or nothing.
@@ -120,11 +95,13 @@ impl<L: Layout> HeldBlocks<L> {
         if blocks.is_empty() {
             return Ok(());
         }
-        if let Some(p) = parent {
-            if !self.blocks.contains_key(&p) {
-                return Err(EventError::UnknownParent { parent: p });
-            }
-        }
+        let mut cursor = match parent {
+            None => None,
+            Some(p) => match self.held(p) {
+                Some(loc) => Some(loc),
+                None => return Err(EventError::UnknownParent { parent: p }),
+            },
+        };
         if blocks.len() > 1 || parent.is_some() {
             let mut seen = HashSet::with_capacity_and_hasher(blocks.len(), RandomState::default());
             for block in blocks {
@@ -135,8 +112,11 @@ impl<L: Layout> HeldBlocks<L> {
         }
         let mut block_parent = parent;
         for block in blocks {
-            if let Some(held) = self.blocks.get(&block.seq) {
-                if held.local != block.local || held.parent() != block_parent {
+            if let Some(loc) = self.held(block.seq) {
+                let run = &self.runs[loc.run as usize];
+                if run.blocks[loc.off()].local != block.local
+                    || run.parent_of(loc.off()) != block_parent
+                {
                     return Err(EventError::Conflict { seq: block.seq });
                 }
             }
@@ -144,113 +124,281 @@ impl<L: Layout> HeldBlocks<L> {
         }
         let mut block_parent = parent;
         for block in blocks {
-            if !self.blocks.contains_key(&block.seq) {
-                self.insert(layout, guard, canon, block.seq, block.local, block_parent);
-            }
+            cursor = Some(self.put(layout, guard, canon, block, block_parent, cursor));
             block_parent = Some(block.seq);
         }
         Ok(())
     }
 
-    fn insert(
+    /// Stores one validated block whose parent is `parent`, held at `cursor`; returns where the
+    /// block is.
+    fn put(
         &mut self,
         layout: &L,
         guard: &L::Guard<'_>,
         canon: &Canon,
-        seq: SeqHash,
-        local: LocalHash,
+        block: &Block,
         parent: Option<SeqHash>,
-    ) {
-        let mut held = Held {
-            local,
-            parent: SeqHash(0),
-            canon: 0,
-            child: SeqHash(0),
-            pos: 0,
-            flags: 0,
-            handle: None,
-        };
-        if let Some(p) = parent {
-            held.parent = p;
-            held.flags |= HAS_PARENT;
-        }
-        // Children that stayed held while this block was gone come back with it.
-        if let Some(mut kids) = self.orphans.remove(&seq) {
-            held.child = kids.pop().expect("orphan lists are never empty");
-            held.flags |= HAS_CHILD;
-            if !kids.is_empty() {
-                self.more_children.insert(seq, kids);
+        cursor: Option<Loc>,
+    ) -> Loc {
+        if let Some(&loc) = self.at.get(&block.seq) {
+            if !loc.is_hole() {
+                return loc; // Held already, validated as the same block: a replay.
             }
+            let run = &self.runs[loc.run as usize];
+            if run.blocks[loc.off()].local == block.local && run.parent_of(loc.off()) == parent {
+                self.fill_hole(layout, guard, canon, loc, block.seq);
+                return loc.as_held();
+            }
+            // Back under another parent or local: the blocks after the hole are its
+            // descendants, and follow it to where it is stored now.
+            self.split_at_hole(loc, block.seq);
         }
-        self.blocks.insert(seq, held);
-        let reachable = match parent {
-            None => true,
-            Some(p) => {
-                let parent = self.blocks.get_mut(&p).expect("store validated the parent");
-                if parent.flags & HAS_CHILD == 0 {
-                    parent.child = seq;
-                    parent.flags |= HAS_CHILD;
+        // A split may have moved the parent: look it up again.
+        let cursor = match parent {
+            Some(p) if cursor.is_some_and(|c| self.at.get(&p) != Some(&c)) => self.held(p),
+            _ => cursor,
+        };
+        let loc = match cursor {
+            Some(c) if c.off() + 1 == self.runs[c.run as usize].len() => {
+                // The parent ends its run: the block extends it (a decode step).
+                Loc::new(c.run, c.off() + 1)
+            }
+            _ => Loc::new(self.new_run(canon, parent, cursor), 0),
+        };
+        self.runs[loc.run as usize].blocks.push(*block);
+        self.at.insert(block.seq, loc);
+        if self.kids.contains_key(&block.seq) {
+            // Runs that stayed held while this block was gone come back with it.
+            self.runs[loc.run as usize].may_branch = true;
+        }
+        let run = &self.runs[loc.run as usize];
+        if run.rooted && run.reach as usize == loc.off() {
+            self.attach(layout, guard, canon, loc.run);
+        }
+        loc
+    }
+
+    /// A new, empty run under `parent`, which is held at `cursor` (`None`: a root run).
+    fn new_run(&mut self, canon: &Canon, parent: Option<SeqHash>, cursor: Option<Loc>) -> RunId {
+        let (rooted, anchor) = match cursor {
+            None => (true, None),
+            Some(c) => {
+                let under = &mut self.runs[c.run as usize];
+                under.may_branch = true;
+                if c.off() < under.reach as usize {
+                    let key = under.key_at(canon, c.off());
+                    (true, Some((key, under.handles[c.off()])))
                 } else {
-                    self.more_children.entry(p).or_default().push(seq);
+                    (false, None)
                 }
-                parent.flags & REACHABLE != 0
             }
         };
-        if reachable {
-            self.attach(layout, guard, canon, seq);
+        let id = self.vacant_run();
+        self.runs[id as usize] = Run::new(parent, rooted, anchor);
+        if let Some(p) = parent {
+            self.kids.entry(p).or_default().push(id);
+        }
+        id
+    }
+
+    fn vacant_run(&mut self) -> RunId {
+        self.free.pop().unwrap_or_else(|| {
+            self.runs.push(Run::vacant());
+            (self.runs.len() - 1) as RunId
+        })
+    }
+
+    /// Frees the empty run `id`.
+    fn delete_run(&mut self, id: RunId) {
+        let run = std::mem::replace(&mut self.runs[id as usize], Run::vacant());
+        debug_assert!(run.blocks.is_empty());
+        if let Some(p) = run.parent {
+            if let Some(list) = self.kids.get_mut(&p) {
+                list.remove(id);
+                if list.is_empty() {
+                    self.kids.remove(&p);
+                }
+            }
+        }
+        self.free.push(id);
+    }
+
+    /// Stores the hole `loc` (of `seq`) back in place.
+    fn fill_hole(
+        &mut self,
+        layout: &L,
+        guard: &L::Guard<'_>,
+        canon: &Canon,
+        loc: Loc,
+        seq: SeqHash,
+    ) {
+        let run = &mut self.runs[loc.run as usize];
+        let at = run
+            .holes
+            .binary_search(&(loc.off() as u32))
+            .expect("a hole's offset is in its run's holes");
+        run.holes.remove(at);
+        self.holes -= 1;
+        self.at.insert(seq, loc.as_held());
+        if run.rooted && run.reach as usize == loc.off() {
+            self.attach(layout, guard, canon, loc.run);
         }
     }
 
-    /// Makes `root` (whose parent is reachable or `None`) and its held descendants reachable,
-    /// parents before children.
-    fn attach(&mut self, layout: &L, guard: &L::Guard<'_>, canon: &Canon, root: SeqHash) {
-        let mut stack = vec![root];
-        while let Some(seq) = stack.pop() {
-            let held = self.blocks[&seq];
-            if held.flags & REACHABLE != 0 {
-                continue; // Cannot happen on a tree; keeps any input from looping.
-            }
-            let parent = held.parent().map(|p| {
-                self.blocks[&p]
-                    .reach_handle()
-                    .expect("attach: parent is reachable")
-            });
-            let key = canon.child(parent.map(|(key, _)| key), held.local);
-            // SAFETY: the parent's handle is kept only while the parent is reachable, and a
-            // reachable block's entry holds this worker's slot (I1).
-            let (handle, new) =
-                unsafe { layout.add(key, held.local, parent.map(|(_, h)| h), self.slot, guard) };
-            if !new {
-                *self.extra.entry(key).or_insert(0) += 1;
-            }
-            let entry = self.blocks.get_mut(&seq).expect("attach: held");
-            entry.pos = key.pos;
-            entry.canon = key.canon;
-            entry.handle = Some(handle);
-            entry.flags |= REACHABLE;
-            self.children(seq, &mut stack);
+    /// Cuts the run of the hole `loc` (of `seq`) in two: the blocks after the hole become a run
+    /// under `seq`, waiting for it in `kids`, and the hole is forgotten.
+    fn split_at_hole(&mut self, loc: Loc, seq: SeqHash) {
+        let tail_id = self.vacant_run();
+        let off = loc.off();
+        let run = &mut self.runs[loc.run as usize];
+        debug_assert!(run.reach as usize <= off, "a hole is not reachable");
+        let tail_blocks = run.blocks.split_off(off + 1);
+        run.blocks.pop();
+        let cut = run.holes.partition_point(|&h| (h as usize) < off);
+        let tail_holes: Vec<u32> = run.holes[cut + 1..]
+            .iter()
+            .map(|&h| h - off as u32 - 1)
+            .collect();
+        run.holes.truncate(cut);
+        let mut tail = Run::new(Some(seq), false, None);
+        tail.may_branch = run.may_branch;
+        for (i, block) in tail_blocks.iter().enumerate() {
+            let moved = Loc::new(tail_id, i);
+            let moved = if tail_holes.binary_search(&(i as u32)).is_ok() {
+                moved.as_hole()
+            } else {
+                moved
+            };
+            self.at.insert(block.seq, moved);
+        }
+        tail.blocks = tail_blocks;
+        tail.holes = tail_holes;
+        self.runs[tail_id as usize] = tail;
+        self.kids.entry(seq).or_default().push(tail_id);
+        self.at.remove(&seq);
+        self.holes -= 1;
+        self.drop_trailing_holes(loc.run);
+    }
+
+    /// Drops the holes that end run `id`, and the run if nothing is left.
+    fn drop_trailing_holes(&mut self, id: RunId) {
+        let run = &mut self.runs[id as usize];
+        while run
+            .holes
+            .last()
+            .is_some_and(|&h| h as usize + 1 == run.blocks.len())
+        {
+            run.holes.pop();
+            let block = run.blocks.pop().expect("a hole is a block of its run");
+            self.at.remove(&block.seq);
+            self.holes -= 1;
+        }
+        if run.blocks.is_empty() {
+            self.delete_run(id);
         }
     }
 
-    /// Makes `root` (reachable) and its descendants unreachable, children before parents.
-    fn detach(&mut self, layout: &L, guard: &L::Guard<'_>, root: SeqHash) {
-        // Pre-order collection, detached in reverse: every block after all its descendants.
-        // Held descendants of a reachable block are all reachable.
-        let mut order = vec![root];
+    /// Attaches the rooted run `root` from its reach to its first hole, then the runs under the
+    /// blocks it attached, parents before children.
+    fn attach(&mut self, layout: &L, guard: &L::Guard<'_>, canon: &Canon, root: RunId) {
+        // Neither list allocates unless runs hang under the attached blocks.
+        let mut stack = Vec::new();
+        let mut rooted: Vec<(RunId, Key, L::Handle)> = Vec::new();
+        let mut next = Some(root);
+        while let Some(id) = next.take().or_else(|| stack.pop()) {
+            let run = &mut self.runs[id as usize];
+            debug_assert!(run.rooted, "attach: the run's parent is reachable");
+            let mut tip = run.tip();
+            for i in run.reach as usize..run.end() {
+                let block = run.blocks[i];
+                let key = canon.child(tip.map(|(key, _)| key), block.local);
+                // SAFETY: the tip's handle is kept only while its block is reachable, and a
+                // reachable block's entry holds this worker's slot (I1).
+                let (handle, new) =
+                    unsafe { layout.add(key, block.local, tip.map(|(_, h)| h), self.slot, guard) };
+                if !new {
+                    *self.extra.entry(key).or_insert(0) += 1;
+                }
+                if i % CHECKPOINT == 0 {
+                    run.canons.push(key.canon);
+                }
+                run.handles.push(handle);
+                run.reach += 1;
+                run.tip = key.canon;
+                tip = Some((key, handle));
+                if run.may_branch {
+                    if let Some(list) = self.kids.get(&block.seq) {
+                        rooted.extend(list.as_slice().iter().map(|&k| (k, key, handle)));
+                    }
+                }
+            }
+            for (k, key, handle) in rooted.drain(..) {
+                let kid = &mut self.runs[k as usize];
+                // A run under its own block would sit on a cycle, which is never reachable.
+                if k != id && !kid.rooted {
+                    kid.rooted = true;
+                    kid.anchor = Some((key, handle));
+                    stack.push(k);
+                }
+            }
+        }
+    }
+
+    /// Detaches the reachable blocks of run `root` from `from` on, and every run under them:
+    /// runs below before the runs above them, each from its end.
+    fn detach(
+        &mut self,
+        layout: &L,
+        guard: &L::Guard<'_>,
+        canon: &Canon,
+        root: RunId,
+        from: usize,
+    ) {
+        // The runs below, in pre-order (each after the run it hangs under); detached in reverse,
+        // then the root. Nothing is allocated when no run hangs below.
+        let mut below: Vec<RunId> = Vec::new();
+        let mut next = Some((root, from));
         let mut i = 0;
-        while i < order.len() {
-            let seq = order[i];
-            self.children(seq, &mut order);
+        while let Some((id, from)) = next {
+            let run = &self.runs[id as usize];
+            if run.may_branch {
+                for block in &run.blocks[from..run.reach as usize] {
+                    if let Some(list) = self.kids.get(&block.seq) {
+                        below.extend_from_slice(list.as_slice());
+                    }
+                }
+            }
+            next = below.get(i).map(|&k| (k, 0));
             i += 1;
         }
-        for seq in order.into_iter().rev() {
-            let held = self.blocks.get_mut(&seq).expect("detach: held");
-            if let Some((key, handle)) = held.reach_handle() {
-                held.flags &= !REACHABLE;
-                held.handle = None;
+        let mut canons = std::mem::take(&mut self.scratch);
+        for (id, from) in below
+            .into_iter()
+            .rev()
+            .map(|k| (k, 0))
+            .chain([(root, from)])
+        {
+            let run = &self.runs[id as usize];
+            run.canons_from(canon, from, &mut canons);
+            let pos0 = run.pos0();
+            for (i, &c) in canons.iter().enumerate().rev() {
+                let off = from + i;
+                let key = Key {
+                    pos: pos0 + off as u32,
+                    canon: c,
+                };
+                let handle = self.runs[id as usize].handles[off];
                 self.unref(layout, guard, key, handle);
             }
+            let run = &mut self.runs[id as usize];
+            run.truncate_reach(canon, from);
+            if id != root {
+                run.rooted = false;
+                run.anchor = None;
+            }
         }
+        self.scratch = canons;
     }
 
     fn unref(&mut self, layout: &L, guard: &L::Guard<'_>, key: Key, handle: L::Handle) {
@@ -272,27 +420,31 @@ impl<L: Layout> HeldBlocks<L> {
         &mut self,
         layout: &L,
         guard: &L::Guard<'_>,
+        canon: &Canon,
         seqs: &[SeqHash],
     ) -> Result<(), EventError> {
         let mut missing = Vec::new();
         for &seq in seqs {
-            let Some(held) = self.blocks.get(&seq).copied() else {
+            let Some(loc) = self.held(seq) else {
                 missing.push(seq);
                 continue;
             };
-            if held.flags & REACHABLE != 0 {
-                self.detach(layout, guard, seq);
+            let (id, off) = (loc.run, loc.off());
+            if off < self.runs[id as usize].reach as usize {
+                self.detach(layout, guard, canon, id, off);
             }
-            // Its children stay held (the contract) and wait for it as orphans: the list moves
-            // as a whole, however many there are.
-            if held.flags & HAS_CHILD != 0 {
-                let mut kids = self.more_children.remove(&seq).unwrap_or_default();
-                kids.push(held.child);
-                self.orphans.insert(seq, kids);
-            }
-            self.blocks.remove(&seq);
-            if let Some(p) = held.parent() {
-                self.unlink_child(p, seq);
+            // Its descendants stay held (the contract): the rest of its run after a hole, and
+            // the runs under it in `kids`, waiting for it.
+            let run = &mut self.runs[id as usize];
+            if off + 1 == run.len() {
+                run.blocks.pop();
+                self.at.remove(&seq);
+                self.drop_trailing_holes(id);
+            } else {
+                let at = run.holes.partition_point(|&h| (h as usize) < off);
+                run.holes.insert(at, off as u32);
+                self.at.insert(seq, loc.as_hole());
+                self.holes += 1;
             }
         }
         if missing.is_empty() {
@@ -302,44 +454,21 @@ impl<L: Layout> HeldBlocks<L> {
         }
     }
 
-    /// Forgets that `seq` is a child of `parent`.
-    fn unlink_child(&mut self, parent: SeqHash, seq: SeqHash) {
-        let Some(p) = self.blocks.get_mut(&parent) else {
-            let siblings = self
-                .orphans
-                .get_mut(&parent)
-                .expect("a held block is linked to its parent");
-            siblings.remove(seq);
-            if siblings.is_empty() {
-                self.orphans.remove(&parent);
-            }
-            return;
-        };
-        let more = self.more_children.get_mut(&parent);
-        if p.flags & HAS_CHILD != 0 && p.child == seq {
-            match more.and_then(ChildList::pop) {
-                Some(next) => p.child = next,
-                None => p.flags &= !HAS_CHILD,
-            }
-        } else if let Some(more) = more {
-            more.remove(seq);
-        }
-        if self
-            .more_children
-            .get(&parent)
-            .is_some_and(ChildList::is_empty)
-        {
-            self.more_children.remove(&parent);
-        }
-    }
-
     /// Removes every reachable block from the layout, deepest first, and forgets everything.
-    pub(crate) fn clear(&mut self, layout: &L, guard: &L::Guard<'_>) {
-        let mut entries: Vec<(Key, L::Handle)> = self
-            .blocks
-            .values()
-            .filter_map(Held::reach_handle)
-            .collect();
+    pub(crate) fn clear(&mut self, layout: &L, guard: &L::Guard<'_>, canon: &Canon) {
+        let mut entries: Vec<(Key, L::Handle)> = Vec::new();
+        let mut canons = Vec::new();
+        for run in &self.runs {
+            run.canons_from(canon, 0, &mut canons);
+            let pos0 = run.pos0();
+            entries.extend(canons.iter().enumerate().map(|(off, &c)| {
+                let key = Key {
+                    pos: pos0 + off as u32,
+                    canon: c,
+                };
+                (key, run.handles[off])
+            }));
+        }
         entries.sort_unstable_by_key(|(key, _)| core::cmp::Reverse(key.pos));
         for (key, handle) in entries {
             self.unref(layout, guard, key, handle);
@@ -348,20 +477,17 @@ impl<L: Layout> HeldBlocks<L> {
         *self = Self::new(self.slot);
     }
 
-    /// Events that rebuild this worker's reachable blocks, parents first.
+    /// Events that rebuild this worker's reachable blocks, parents first: one per run.
     pub(crate) fn dump(&self, worker: Worker, out: &mut Vec<Event>) {
-        let mut reachable: Vec<(u32, SeqHash, Held<L::Handle>)> = self
-            .blocks
-            .iter()
-            .filter_map(|(s, h)| h.reach().map(|k| (k.pos, *s, *h)))
-            .collect();
-        reachable.sort_unstable_by_key(|(pos, seq, _)| (*pos, *seq));
-        for (event_id, (_, seq, held)) in reachable.into_iter().enumerate() {
+        let mut reachable: Vec<&Run<L::Handle>> =
+            self.runs.iter().filter(|run| run.reach > 0).collect();
+        reachable.sort_unstable_by_key(|run| (run.pos0(), run.blocks[0].seq));
+        for (event_id, run) in reachable.into_iter().enumerate() {
             out.push(Event::stored(
                 worker,
                 event_id as u64,
-                held.parent(),
-                vec![Block::new(held.local, seq)],
+                run.parent,
+                run.blocks[..run.reach as usize].to_vec(),
             ));
         }
     }

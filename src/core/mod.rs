@@ -10,6 +10,7 @@ mod child_list;
 mod entry_set;
 mod held;
 pub(crate) mod layout;
+mod run;
 mod search;
 mod worker_table;
 
@@ -152,7 +153,7 @@ impl<L: Layout> Indexer<L> {
     fn drop_worker(&self, worker: Worker, cell: &Arc<WorkerCell<L>>) {
         let mut state = lock(&cell.state);
         if let Some(st) = state.as_mut() {
-            st.clear(&self.layout, &self.layout.guard());
+            st.clear(&self.layout, &self.layout.guard(), &self.canon);
             *state = None;
             self.workers.retire(worker, cell);
         }
@@ -176,7 +177,7 @@ impl<L: Layout> KvIndex for Indexer<L> {
                 }),
                 None => Ok(()),
                 Some(_) => self.with_worker(event.worker, |st, guard| {
-                    st.remove(&self.layout, guard, blocks)
+                    st.remove(&self.layout, guard, &self.canon, blocks)
                 }),
             },
             EventKind::Cleared => {

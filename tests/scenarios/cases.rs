@@ -254,6 +254,26 @@ fn cycle_of_parents_is_unreachable_and_terminates() {
     assert_eq!(depth(&ix, W, &[l(1), l(2), l(0)]), Some(3));
 }
 
+#[test]
+fn restore_under_another_parent_brings_branches_off_the_rest_of_the_chain() {
+    let ix = index();
+    store(&ix, W, None, chain(0..5)).unwrap();
+    // A branch under block 3, then a hole at block 1.
+    store(&ix, W, Some(3), vec![Block::new(l(50), s(50))]).unwrap();
+    remove(&ix, W, &[1]).unwrap();
+    assert_eq!(depth(&ix, W, &[l(0), l(1), l(2), l(3), l(50)]), Some(1));
+    // Block 1 comes back as a root: 2, 3, 4 and the branch under 3 follow it.
+    store(&ix, W, None, chain(1..2)).unwrap();
+    assert_eq!(depth(&ix, W, &[l(1), l(2), l(3), l(50)]), Some(4));
+    assert_eq!(depth(&ix, W, &query(1..5)), Some(4));
+    assert_eq!(depth(&ix, W, &query(0..5)), Some(1));
+    // And back under block 0: everything counts from the root again.
+    remove(&ix, W, &[1]).unwrap();
+    store(&ix, W, Some(0), chain(1..2)).unwrap();
+    assert_eq!(depth(&ix, W, &[l(0), l(1), l(2), l(3), l(50)]), Some(5));
+    assert_eq!(ix.block_count(W), 6);
+}
+
 // ---- SPEC §2: Cleared and worker removal ----
 
 #[test]

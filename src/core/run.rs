@@ -1,0 +1,195 @@
+//! One run of a worker: consecutive blocks, each the parent of the next, stored as one record.
+//!
+//! A `Stored` event is usually one run, and a decode step extends the run it continues, so a
+//! worker holds a few records however many blocks it holds. Per block a run keeps the block
+//! itself (16 bytes), the layout's handle while the block is reachable (nothing for the map
+//! layouts) and, every [`CHECKPOINT`] blocks, a canonical hash; nothing per block is allocated on
+//! its own.
+//!
+//! Removing a block in the middle of a run leaves a *hole*: the block stays in the record, marked
+//! in `holes`, so that the blocks after it keep their parent, and storing it again fills the hole
+//! in place. Removing the last block shortens the run (and drops the holes that end up last).
+
+use super::canon::{Canon, Key};
+use crate::types::{Block, SeqHash};
+
+/// A run keeps the canonical hash of every `CHECKPOINT`-th reachable block; any other block's
+/// is rolled from the checkpoint before it, at most `CHECKPOINT - 1` steps of about a
+/// nanosecond.
+pub(super) const CHECKPOINT: usize = 32;
+
+/// Index of a run in its worker's run table.
+pub(super) type RunId = u32;
+
+/// Where a seq lives: a run and an offset in it, and whether it is a hole there.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Loc {
+    pub(super) run: RunId,
+    /// The offset, with [`HOLE`] set when the block was removed.
+    off: u32,
+}
+
+/// Marks a hole in [`Loc::off`]. Runs are far shorter than 2^31 blocks: a block costs more than
+/// 16 bytes of the event that stored it.
+const HOLE: u32 = 1 << 31;
+
+impl Loc {
+    pub(super) fn new(run: RunId, off: usize) -> Self {
+        Self {
+            run,
+            off: off as u32,
+        }
+    }
+
+    pub(super) fn off(self) -> usize {
+        (self.off & !HOLE) as usize
+    }
+
+    pub(super) fn is_hole(self) -> bool {
+        self.off & HOLE != 0
+    }
+
+    pub(super) fn as_hole(self) -> Self {
+        Self {
+            run: self.run,
+            off: self.off | HOLE,
+        }
+    }
+
+    pub(super) fn as_held(self) -> Self {
+        Self {
+            run: self.run,
+            off: self.off & !HOLE,
+        }
+    }
+}
+
+/// A run of blocks; see the module docs.
+///
+/// Blocks `0..reach` are reachable and in the layout (with their handles); `rooted` says that
+/// the run's parent is reachable (or that it has none). The core keeps, at every instant
+/// between its calls: `reach == 0` unless `rooted`, and when `rooted`, `reach` is the first hole
+/// or the length.
+#[derive(Debug)]
+pub(super) struct Run<H> {
+    /// The parent of `blocks[0]`.
+    pub(super) parent: Option<SeqHash>,
+    pub(super) blocks: Vec<Block>,
+    /// Offsets of holes, ascending; never the last block.
+    pub(super) holes: Vec<u32>,
+    pub(super) reach: u32,
+    pub(super) rooted: bool,
+    /// Some run hangs under one of these blocks (or did): the cascades look them up only then.
+    pub(super) may_branch: bool,
+    /// The parent block's key and handle, while `rooted` and the run has a parent.
+    pub(super) anchor: Option<(Key, H)>,
+    /// Canonical hash of every [`CHECKPOINT`]-th block below `reach`.
+    pub(super) canons: Vec<u64>,
+    /// The layout's handle of every block below `reach`.
+    pub(super) handles: Vec<H>,
+    /// Canonical hash of block `reach - 1`, when `reach > 0`.
+    pub(super) tip: u64,
+}
+
+impl<H: Copy> Run<H> {
+    pub(super) fn new(parent: Option<SeqHash>, rooted: bool, anchor: Option<(Key, H)>) -> Self {
+        Self {
+            parent,
+            blocks: Vec::new(),
+            holes: Vec::new(),
+            reach: 0,
+            rooted,
+            may_branch: false,
+            anchor,
+            canons: Vec::new(),
+            handles: Vec::new(),
+            tip: 0,
+        }
+    }
+
+    /// A run slot that holds nothing (its memory freed).
+    pub(super) fn vacant() -> Self {
+        Self::new(None, false, None)
+    }
+
+    pub(super) fn len(&self) -> usize {
+        self.blocks.len()
+    }
+
+    /// The parent of block `off`.
+    pub(super) fn parent_of(&self, off: usize) -> Option<SeqHash> {
+        match off {
+            0 => self.parent,
+            _ => Some(self.blocks[off - 1].seq),
+        }
+    }
+
+    /// Where reachability stops when the run is rooted: the first hole, or the end.
+    pub(super) fn end(&self) -> usize {
+        self.holes.first().map_or(self.len(), |&h| h as usize)
+    }
+
+    /// Position of block 0 (valid while rooted).
+    pub(super) fn pos0(&self) -> u32 {
+        self.anchor.map_or(0, |(key, _)| key.pos + 1)
+    }
+
+    /// Key and handle of the last reachable block, or of the parent when none is: what the next
+    /// block to attach hangs under (`None`: a root).
+    pub(super) fn tip(&self) -> Option<(Key, H)> {
+        match self.reach {
+            0 => self.anchor,
+            n => Some((
+                Key {
+                    pos: self.pos0() + n - 1,
+                    canon: self.tip,
+                },
+                self.handles[n as usize - 1],
+            )),
+        }
+    }
+
+    /// Canonical hashes of the reachable blocks `from..self.reach`.
+    pub(super) fn canons_from(&self, canon: &Canon, from: usize, out: &mut Vec<u64>) {
+        out.clear();
+        let reach = self.reach as usize;
+        if from >= reach {
+            return;
+        }
+        let base = from / CHECKPOINT * CHECKPOINT;
+        let mut c = self.canons[from / CHECKPOINT];
+        if base == from {
+            out.push(c);
+        }
+        for i in base + 1..reach {
+            c = canon.step(c, self.blocks[i].local);
+            if i >= from {
+                out.push(c);
+            }
+        }
+    }
+
+    /// Key of the reachable block `off`.
+    pub(super) fn key_at(&self, canon: &Canon, off: usize) -> Key {
+        debug_assert!(off < self.reach as usize);
+        let base = off / CHECKPOINT * CHECKPOINT;
+        let mut c = self.canons[off / CHECKPOINT];
+        for block in &self.blocks[base + 1..=off] {
+            c = canon.step(c, block.local);
+        }
+        Key {
+            pos: self.pos0() + off as u32,
+            canon: c,
+        }
+    }
+
+    /// Forgets the reachable blocks from `from` on (their layout entries are the caller's).
+    pub(super) fn truncate_reach(&mut self, canon: &Canon, from: usize) {
+        if from > 0 && from < self.reach as usize {
+            self.tip = self.key_at(canon, from - 1).canon;
+        }
+        self.reach = self.reach.min(from as u32);
+        self.handles.truncate(from);
+        self.canons.truncate(from.div_ceil(CHECKPOINT));
+    }
+}
