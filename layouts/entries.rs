@@ -2,7 +2,7 @@
 //! hasher, and the two writes (add a slot, remove a slot): atomic read-modify-writes of the
 //! entry, or in-place changes of a wide set under its lock.
 
-use crate::index_core::{Slot, WorkerSet};
+use crate::index_core::{Slot, WideSet, WideWriter, WorkerSet};
 use core::hash::{BuildHasher, Hash, Hasher};
 use papaya::{Compute, HashMap, LocalGuard, Operation, ResizeMode};
 use std::sync::Arc; // sync-shim: papaya takes its collector as a std Arc
@@ -83,7 +83,8 @@ enum Found {
 /// A new entry goes in with `try_insert`, and `compute` only updates existing ones: in papaya
 /// 0.2.5 a table filled through `compute` does not grow like one filled through `insert`, and a
 /// miss in it probed ~100x longer (1.2 us instead of 13 ns at 800k entries, measured here).
-/// Wide sets change in place under their own lock ([`WorkerSet`]).
+/// Wide sets change in place under their own lock ([`WorkerSet`]). A new key costs one probe,
+/// an existing one two.
 pub(crate) fn add<K: Hash + Eq + Clone + Send + Sync + 'static>(
     map: &EntryMap<K>,
     key: K,
@@ -91,25 +92,15 @@ pub(crate) fn add<K: Hash + Eq + Clone + Send + Sync + 'static>(
     guard: &LocalGuard<'_>,
 ) -> bool {
     loop {
-        if let Some(wide) = map.get(&key, guard).and_then(WorkerSet::wide) {
-            let Some(mut writer) = wide.write() else {
-                continue; // Replaced meanwhile: look again.
-            };
-            return match writer.insert(slot) {
-                Ok(added) => added,
-                Err(wider) => {
-                    // The entry cannot change while we hold its wide set's lock.
-                    map.insert(key, wider, guard);
-                    writer.retire();
-                    true
-                }
-            };
-        }
-        if map
-            .try_insert(key.clone(), WorkerSet::One(slot), guard)
-            .is_ok()
-        {
-            return true;
+        let current = match map.try_insert(key.clone(), WorkerSet::One(slot), guard) {
+            Ok(_) => return true,
+            Err(occupied) => occupied.current,
+        };
+        if let Some(wide) = current.wide() {
+            match change_wide(map, &key, wide, |w| w.insert(slot), guard) {
+                Some(added) => return added,
+                None => continue, // Replaced meanwhile: look again.
+            }
         }
         let result = map.compute(
             key.clone(),
@@ -132,6 +123,7 @@ pub(crate) fn add<K: Hash + Eq + Clone + Send + Sync + 'static>(
 }
 
 /// Removes `slot` from the set at `key`, dropping the entry when empty (`false`: not there).
+/// One probe, two when the set is wide.
 pub(crate) fn remove<K: Hash + Eq + Clone + Send + Sync + 'static>(
     map: &EntryMap<K>,
     key: K,
@@ -139,20 +131,6 @@ pub(crate) fn remove<K: Hash + Eq + Clone + Send + Sync + 'static>(
     guard: &LocalGuard<'_>,
 ) -> bool {
     loop {
-        if let Some(wide) = map.get(&key, guard).and_then(WorkerSet::wide) {
-            let Some(mut writer) = wide.write() else {
-                continue; // Replaced meanwhile: look again.
-            };
-            return match writer.remove(slot) {
-                Ok(removed) => removed,
-                Err(narrow) => {
-                    // The entry cannot change while we hold its wide set's lock.
-                    map.insert(key, narrow, guard);
-                    writer.retire();
-                    true
-                }
-            };
-        }
         let result = map.compute(
             key.clone(),
             |entry| match entry {
@@ -167,9 +145,37 @@ pub(crate) fn remove<K: Hash + Eq + Clone + Send + Sync + 'static>(
             guard,
         );
         match result {
-            Compute::Aborted(Found::Wide) => continue,
             Compute::Aborted(Found::Unchanged) => return false,
+            Compute::Aborted(Found::Wide) => {
+                let Some(wide) = map.get(&key, guard).and_then(WorkerSet::wide) else {
+                    continue; // Narrowed meanwhile: compute again.
+                };
+                if let Some(removed) = change_wide(map, &key, wide, |w| w.remove(slot), guard) {
+                    return removed;
+                }
+            }
             _ => return true,
         }
     }
+}
+
+/// Changes the wide set `wide` found at `key` in place with `change`, or replaces it with the
+/// set `change` hands back. `None`: the set was replaced before we locked it; look again.
+fn change_wide<K: Hash + Eq + Clone + Send + Sync + 'static>(
+    map: &EntryMap<K>,
+    key: &K,
+    wide: &WideSet,
+    change: impl FnOnce(&mut WideWriter<'_>) -> Result<bool, WorkerSet>,
+    guard: &LocalGuard<'_>,
+) -> Option<bool> {
+    let mut writer = wide.write()?;
+    Some(match change(&mut writer) {
+        Ok(changed) => changed,
+        Err(replacement) => {
+            // The entry cannot change while we hold its wide set's lock.
+            map.insert(key.clone(), replacement, guard);
+            writer.retire();
+            true
+        }
+    })
 }

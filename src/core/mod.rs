@@ -20,7 +20,7 @@ pub use search::MAX_JUMP;
 #[allow(unused_imports)]
 pub(crate) use {
     canon::Key,
-    entry_set::{Slot, WorkerSet},
+    entry_set::{Slot, WideSet, WideWriter, WorkerSet},
     layout::QueryCtx,
     layout::seam::{ByPosition, JumpSearch, Search, Storage, Tree, Walk},
 };
