@@ -28,7 +28,7 @@ use super::canon::{Canon, Key};
 use super::child_list::ChildList;
 use super::entry_set::Slot;
 use super::layout::Layout;
-use super::run::{CHECKPOINT, Loc, Run, RunId};
+use super::run::{Loc, Run, RunId};
 use crate::error::EventError;
 use crate::types::{Block, Event, SeqHash, Worker};
 use foldhash::fast::RandomState;
@@ -320,12 +320,7 @@ impl<L: Layout> HeldBlocks<L> {
                 if !new {
                     *self.extra.entry(key).or_insert(0) += 1;
                 }
-                if i % CHECKPOINT == 0 {
-                    run.canons.push(key.canon);
-                }
-                run.handles.push(handle);
-                run.reach += 1;
-                run.tip = key.canon;
+                run.attached(i, key, handle);
                 tip = Some((key, handle));
                 if run.may_branch {
                     if let Some(list) = self.kids.get(&block.seq) {
@@ -456,22 +451,34 @@ impl<L: Layout> HeldBlocks<L> {
 
     /// Removes every reachable block from the layout, deepest first, and forgets everything.
     pub(crate) fn clear(&mut self, layout: &L, guard: &L::Guard<'_>, canon: &Canon) {
-        let mut entries: Vec<(Key, L::Handle)> = Vec::new();
-        let mut canons = Vec::new();
-        for run in &self.runs {
-            run.canons_from(canon, 0, &mut canons);
-            let pos0 = run.pos0();
-            entries.extend(canons.iter().enumerate().map(|(off, &c)| {
-                let key = Key {
-                    pos: pos0 + off as u32,
-                    canon: c,
-                };
-                (key, run.handles[off])
-            }));
-        }
-        entries.sort_unstable_by_key(|(key, _)| core::cmp::Reverse(key.pos));
-        for (key, handle) in entries {
-            self.unref(layout, guard, key, handle);
+        let mut reachable = self
+            .runs
+            .iter()
+            .enumerate()
+            .filter(|(_, run)| run.reach > 0);
+        match (reachable.next(), reachable.next()) {
+            (None, _) => {}
+            // One run (a worker with one sequence): its own order, from the end, is deepest first.
+            (Some((id, _)), None) => self.detach(layout, guard, canon, id as RunId, 0),
+            _ => {
+                let mut entries: Vec<(Key, L::Handle)> = Vec::new();
+                let mut canons = std::mem::take(&mut self.scratch);
+                for run in &self.runs {
+                    run.canons_from(canon, 0, &mut canons);
+                    let pos0 = run.pos0();
+                    entries.extend(canons.iter().enumerate().map(|(off, &c)| {
+                        let key = Key {
+                            pos: pos0 + off as u32,
+                            canon: c,
+                        };
+                        (key, run.handles[off])
+                    }));
+                }
+                entries.sort_unstable_by_key(|(key, _)| core::cmp::Reverse(key.pos));
+                for (key, handle) in entries {
+                    self.unref(layout, guard, key, handle);
+                }
+            }
         }
         debug_assert!(self.extra.is_empty());
         *self = Self::new(self.slot);

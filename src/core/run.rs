@@ -16,7 +16,7 @@ use crate::types::{Block, SeqHash};
 /// A run keeps the canonical hash of every `CHECKPOINT`-th reachable block; any other block's
 /// is rolled from the checkpoint before it, at most `CHECKPOINT - 1` steps of about a
 /// nanosecond.
-pub(super) const CHECKPOINT: usize = 32;
+const CHECKPOINT: usize = 32;
 
 /// Index of a run in its worker's run table.
 pub(super) type RunId = u32;
@@ -83,8 +83,11 @@ pub(super) struct Run<H> {
     pub(super) may_branch: bool,
     /// The parent block's key and handle, while `rooted` and the run has a parent.
     pub(super) anchor: Option<(Key, H)>,
-    /// Canonical hash of every [`CHECKPOINT`]-th block below `reach`.
-    pub(super) canons: Vec<u64>,
+    /// Canonical hash of every [`CHECKPOINT`]-th block below `reach` but the first (which is
+    /// `first`: a short run allocates no list).
+    canons: Vec<u64>,
+    /// Canonical hash of block 0, when `reach > 0`.
+    first: u64,
     /// The layout's handle of every block below `reach`.
     pub(super) handles: Vec<H>,
     /// Canonical hash of block `reach - 1`, when `reach > 0`.
@@ -102,6 +105,7 @@ impl<H: Copy> Run<H> {
             may_branch: false,
             anchor,
             canons: Vec::new(),
+            first: 0,
             handles: Vec::new(),
             tip: 0,
         }
@@ -149,6 +153,27 @@ impl<H: Copy> Run<H> {
         }
     }
 
+    /// Records the key of the block being attached at offset `off` (= `reach`).
+    pub(super) fn attached(&mut self, off: usize, key: Key, handle: H) {
+        debug_assert_eq!(off, self.reach as usize);
+        match off {
+            0 => self.first = key.canon,
+            _ if off % CHECKPOINT == 0 => self.canons.push(key.canon),
+            _ => {}
+        }
+        self.handles.push(handle);
+        self.reach += 1;
+        self.tip = key.canon;
+    }
+
+    /// Canonical hash of block `k * CHECKPOINT` (reachable).
+    fn checkpoint(&self, k: usize) -> u64 {
+        match k {
+            0 => self.first,
+            _ => self.canons[k - 1],
+        }
+    }
+
     /// Canonical hashes of the reachable blocks `from..self.reach`.
     pub(super) fn canons_from(&self, canon: &Canon, from: usize, out: &mut Vec<u64>) {
         out.clear();
@@ -157,7 +182,7 @@ impl<H: Copy> Run<H> {
             return;
         }
         let base = from / CHECKPOINT * CHECKPOINT;
-        let mut c = self.canons[from / CHECKPOINT];
+        let mut c = self.checkpoint(from / CHECKPOINT);
         if base == from {
             out.push(c);
         }
@@ -173,7 +198,7 @@ impl<H: Copy> Run<H> {
     pub(super) fn key_at(&self, canon: &Canon, off: usize) -> Key {
         debug_assert!(off < self.reach as usize);
         let base = off / CHECKPOINT * CHECKPOINT;
-        let mut c = self.canons[off / CHECKPOINT];
+        let mut c = self.checkpoint(off / CHECKPOINT);
         for block in &self.blocks[base + 1..=off] {
             c = canon.step(c, block.local);
         }
@@ -190,6 +215,7 @@ impl<H: Copy> Run<H> {
         }
         self.reach = self.reach.min(from as u32);
         self.handles.truncate(from);
-        self.canons.truncate(from.div_ceil(CHECKPOINT));
+        self.canons
+            .truncate(from.div_ceil(CHECKPOINT).saturating_sub(1));
     }
 }
