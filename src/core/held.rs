@@ -32,7 +32,7 @@ use super::run::{Loc, Run, RunId};
 use crate::error::EventError;
 use crate::types::{Block, Event, SeqHash, Worker};
 use foldhash::fast::RandomState;
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 
 type Map<K, V> = HashMap<K, V, RandomState>;
 
@@ -234,11 +234,8 @@ impl<L: Layout> HeldBlocks<L> {
         seq: SeqHash,
     ) {
         let run = &mut self.runs[loc.run as usize];
-        let at = run
-            .holes
-            .binary_search(&(loc.off() as u32))
-            .expect("a hole's offset is in its run's holes");
-        run.holes.remove(at);
+        let was_hole = run.holes.remove(&(loc.off() as u32));
+        debug_assert!(was_hole, "a hole's offset is in its run's holes");
         self.holes -= 1;
         self.at.insert(seq, loc.as_held());
         if run.rooted && run.reach as usize == loc.off() {
@@ -255,17 +252,18 @@ impl<L: Layout> HeldBlocks<L> {
         debug_assert!(run.reach as usize <= off, "a hole is not reachable");
         let tail_blocks = run.blocks.split_off(off + 1);
         run.blocks.pop();
-        let cut = run.holes.partition_point(|&h| (h as usize) < off);
-        let tail_holes: Vec<u32> = run.holes[cut + 1..]
-            .iter()
-            .map(|&h| h - off as u32 - 1)
+        let tail_holes: BTreeSet<u32> = run
+            .holes
+            .split_off(&(off as u32 + 1))
+            .into_iter()
+            .map(|h| h - off as u32 - 1)
             .collect();
-        run.holes.truncate(cut);
+        run.holes.remove(&(off as u32));
         let mut tail = Run::new(Some(seq), false, None);
         tail.may_branch = run.may_branch;
         for (i, block) in tail_blocks.iter().enumerate() {
             let moved = Loc::new(tail_id, i);
-            let moved = if tail_holes.binary_search(&(i as u32)).is_ok() {
+            let moved = if tail_holes.contains(&(i as u32)) {
                 moved.as_hole()
             } else {
                 moved
@@ -289,7 +287,7 @@ impl<L: Layout> HeldBlocks<L> {
             .last()
             .is_some_and(|&h| h as usize + 1 == run.blocks.len())
         {
-            run.holes.pop();
+            run.holes.pop_last();
             let block = run.blocks.pop().expect("a hole is a block of its run");
             self.at.remove(&block.seq);
             self.holes -= 1;
@@ -436,8 +434,7 @@ impl<L: Layout> HeldBlocks<L> {
                 self.at.remove(&seq);
                 self.drop_trailing_holes(id);
             } else {
-                let at = run.holes.partition_point(|&h| (h as usize) < off);
-                run.holes.insert(at, off as u32);
+                run.holes.insert(off as u32);
                 self.at.insert(seq, loc.as_hole());
                 self.holes += 1;
             }

@@ -12,6 +12,7 @@
 
 use super::canon::{Canon, Key};
 use crate::types::{Block, SeqHash};
+use std::collections::BTreeSet;
 
 /// A run keeps the canonical hash of every `CHECKPOINT`-th reachable block; any other block's
 /// is rolled from the checkpoint before it, at most `CHECKPOINT - 1` steps of about a
@@ -75,8 +76,9 @@ pub(super) struct Run<H> {
     /// The parent of `blocks[0]`.
     pub(super) parent: Option<SeqHash>,
     pub(super) blocks: Vec<Block>,
-    /// Offsets of holes, ascending; never the last block.
-    pub(super) holes: Vec<u32>,
+    /// Offsets of holes; never the last block. A tree, not a sorted list, so that punching
+    /// holes front to back in a long run costs O(log) each, not a shift of the list.
+    pub(super) holes: BTreeSet<u32>,
     pub(super) reach: u32,
     pub(super) rooted: bool,
     /// Some run hangs under one of these blocks (or did): the cascades look them up only then.
@@ -99,7 +101,7 @@ impl<H: Copy> Run<H> {
         Self {
             parent,
             blocks: Vec::new(),
-            holes: Vec::new(),
+            holes: BTreeSet::new(),
             reach: 0,
             rooted,
             may_branch: false,
