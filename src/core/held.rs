@@ -51,8 +51,8 @@ pub(crate) struct HeldBlocks<L: Layout> {
     extra: Map<Key, u32>,
     /// Holes in `at`.
     holes: usize,
-    /// Canonical hashes being detached, kept between events so that a removal allocates nothing.
-    scratch: Vec<u64>,
+    /// Keys being detached, kept between events so that a removal allocates nothing.
+    scratch: Vec<Key>,
 }
 
 impl<L: Layout> HeldBlocks<L> {
@@ -139,7 +139,7 @@ impl<L: Layout> HeldBlocks<L> {
         canon: &Canon,
         block: &Block,
         parent: Option<SeqHash>,
-        cursor: Option<Loc>,
+        mut cursor: Option<Loc>,
     ) -> Loc {
         if let Some(&loc) = self.at.get(&block.seq) {
             if !loc.is_hole() {
@@ -153,12 +153,9 @@ impl<L: Layout> HeldBlocks<L> {
             // Back under another parent or local: the blocks after the hole are its
             // descendants, and follow it to where it is stored now.
             self.split_at_hole(loc, block.seq);
+            // The cut may have moved the parent into the new run: look it up again.
+            cursor = parent.and_then(|p| self.held(p));
         }
-        // A split may have moved the parent: look it up again.
-        let cursor = match parent {
-            Some(p) if cursor.is_some_and(|c| self.at.get(&p) != Some(&c)) => self.held(p),
-            _ => cursor,
-        };
         let loc = match cursor {
             Some(c) if c.off() + 1 == self.runs[c.run as usize].len() => {
                 // The parent ends its run: the block extends it (a decode step).
@@ -365,23 +362,16 @@ impl<L: Layout> HeldBlocks<L> {
             next = below.get(i).map(|&k| (k, 0));
             i += 1;
         }
-        let mut canons = std::mem::take(&mut self.scratch);
+        let mut keys = std::mem::take(&mut self.scratch);
         for (id, from) in below
             .into_iter()
             .rev()
             .map(|k| (k, 0))
             .chain([(root, from)])
         {
-            let run = &self.runs[id as usize];
-            run.canons_from(canon, from, &mut canons);
-            let pos0 = run.pos0();
-            for (i, &c) in canons.iter().enumerate().rev() {
-                let off = from + i;
-                let key = Key {
-                    pos: pos0 + off as u32,
-                    canon: c,
-                };
-                let handle = self.runs[id as usize].handles[off];
+            self.runs[id as usize].keys_from(canon, from, &mut keys);
+            for (i, &key) in keys.iter().enumerate().rev() {
+                let handle = self.runs[id as usize].handles[from + i];
                 self.unref(layout, guard, key, handle);
             }
             let run = &mut self.runs[id as usize];
@@ -391,7 +381,7 @@ impl<L: Layout> HeldBlocks<L> {
                 run.anchor = None;
             }
         }
-        self.scratch = canons;
+        self.scratch = keys;
     }
 
     fn unref(&mut self, layout: &L, guard: &L::Guard<'_>, key: Key, handle: L::Handle) {
@@ -459,17 +449,10 @@ impl<L: Layout> HeldBlocks<L> {
             (Some((id, _)), None) => self.detach(layout, guard, canon, id as RunId, 0),
             _ => {
                 let mut entries: Vec<(Key, L::Handle)> = Vec::new();
-                let mut canons = std::mem::take(&mut self.scratch);
+                let mut keys = std::mem::take(&mut self.scratch);
                 for run in &self.runs {
-                    run.canons_from(canon, 0, &mut canons);
-                    let pos0 = run.pos0();
-                    entries.extend(canons.iter().enumerate().map(|(off, &c)| {
-                        let key = Key {
-                            pos: pos0 + off as u32,
-                            canon: c,
-                        };
-                        (key, run.handles[off])
-                    }));
+                    run.keys_from(canon, 0, &mut keys);
+                    entries.extend(keys.iter().copied().zip(run.handles.iter().copied()));
                 }
                 entries.sort_unstable_by_key(|(key, _)| core::cmp::Reverse(key.pos));
                 for (key, handle) in entries {

@@ -176,22 +176,27 @@ impl<H: Copy> Run<H> {
         }
     }
 
-    /// Canonical hashes of the reachable blocks `from..self.reach`.
-    pub(super) fn canons_from(&self, canon: &Canon, from: usize, out: &mut Vec<u64>) {
+    /// Keys of the reachable blocks `from..self.reach`, in order.
+    pub(super) fn keys_from(&self, canon: &Canon, from: usize, out: &mut Vec<Key>) {
         out.clear();
         let reach = self.reach as usize;
         if from >= reach {
             return;
         }
+        let pos0 = self.pos0();
+        let key = |off: usize, canon| Key {
+            pos: pos0 + off as u32,
+            canon,
+        };
         let base = from / CHECKPOINT * CHECKPOINT;
         let mut c = self.checkpoint(from / CHECKPOINT);
         if base == from {
-            out.push(c);
+            out.push(key(base, c));
         }
         for i in base + 1..reach {
             c = canon.step(c, self.blocks[i].local);
             if i >= from {
-                out.push(c);
+                out.push(key(i, c));
             }
         }
     }

@@ -161,25 +161,20 @@ pub fn check_ops_on_each(
     for q in closing_queries {
         let want = reference.find_matches(q);
         for (i, (index, copy)) in indexes.iter().zip(&rebuilt).enumerate() {
-            let got = index.find_matches(q);
-            if got != want {
-                let what = format!(
-                    "closing query of {} blocks: got {:?}, want {:?}",
-                    q.len(),
-                    got.to_sorted_vec(),
-                    want.to_sorted_vec()
-                );
-                return Err((i, Divergence { at, what }));
-            }
-            let dumped = copy.find_matches(q);
-            if dumped != want {
-                let what = format!(
-                    "dump() then query of {} blocks: got {:?}, want {:?}",
-                    q.len(),
-                    dumped.to_sorted_vec(),
-                    want.to_sorted_vec()
-                );
-                return Err((i, Divergence { at, what }));
+            let answers = [
+                ("closing query", index.find_matches(q)),
+                ("dump() then query", copy.find_matches(q)),
+            ];
+            for (asked, got) in answers {
+                if got != want {
+                    let what = format!(
+                        "{asked} of {} blocks: got {:?}, want {:?}",
+                        q.len(),
+                        got.to_sorted_vec(),
+                        want.to_sorted_vec()
+                    );
+                    return Err((i, Divergence { at, what }));
+                }
             }
         }
     }
