@@ -2,54 +2,79 @@
 //! its internals without making them public) under `cfg(all(test, loom))`. Run with
 //! `RUSTFLAGS="--cfg loom --cfg crossbeam_loom" LOOM_MAX_PREEMPTIONS=2 cargo test --release --lib loom`.
 
-use crate::LocalHash;
 use crate::index_core::{Key, Storage, Tree};
 use crate::layouts::RadixTree;
+use crate::{Block, LocalHash, SeqHash};
 
 // The models call the seam directly, keeping its contract (I1) by hand: a parent handle is
-// passed only while its slot is in the parent, and a slot is removed once from the node `add`
-// returned for it. Each `unsafe` below is one such call.
+// passed only while its slot is in the parent, and a slot is removed once from the blocks
+// `add_run` returned for it. Each `unsafe` below is one such call.
 use loom::sync::Arc;
 use loom::thread;
 
-const KEY: Key = Key { pos: 0, canon: 0 };
+fn run(locals: &[u64]) -> (Vec<Key>, Vec<Block>) {
+    let keys = vec![Key { pos: 0, canon: 0 }; locals.len()];
+    let blocks = locals
+        .iter()
+        .map(|&l| Block::new(LocalHash(l), SeqHash(l)))
+        .collect();
+    (keys, blocks)
+}
 
-/// A reader walks root -> A -> B while the only worker leaves B then A, so that the writer
-/// unlinks and retires both nodes. The reader must never touch freed memory (loom tracks
-/// every access through crossbeam-epoch's loom atomics) and sees either the worker or nothing.
+/// Adds `slot` to the run `locals` from the root; returns its handles.
+fn add(tree: &RadixTree, locals: &[u64], slot: u32) -> Vec<<RadixTree as Storage>::Handle> {
+    let (keys, blocks) = run(locals);
+    let guard = tree.guard();
+    let mut handles = Vec::new();
+    // SAFETY: the seam contract (I1) as kept by hand, see the top of the file.
+    unsafe { tree.add_run(None, &keys, &blocks, slot, &guard, &mut handles) };
+    handles
+}
+
+/// Removes `slot` from the blocks `handles`.
+fn remove(tree: &RadixTree, handles: &[<RadixTree as Storage>::Handle], slot: u32) {
+    let (keys, _) = run(&vec![0; handles.len()]);
+    let guard = tree.guard();
+    // SAFETY: the seam contract (I1) as kept by hand, see the top of the file.
+    unsafe { tree.remove_run(&keys, handles, slot, &guard) };
+}
+
+/// What `slot` holds of the edge starting with `local` under the root, and of its child at
+/// (`at`, `child`), read the way the walk reads them.
+fn seen(tree: &RadixTree, local: u64, at: u32, child: u64, slot: u32) -> (u32, u32) {
+    let guard = tree.guard();
+    let Some(node) = tree.child(None, 0, LocalHash(local), &guard) else {
+        return (0, 0);
+    };
+    let top = tree.cover(node, &guard).map_or(0, |c| c.cutoff(slot));
+    let below = tree
+        .child(Some(node), at, LocalHash(child), &guard)
+        .and_then(|c| tree.cover(c, &guard))
+        .map_or(0, |c| c.cutoff(slot));
+    (top, below)
+}
+
+/// A reader walks root -> A -> a child of A at offset 1 while both workers leave, so that the
+/// writer unlinks and retires both nodes. The reader must never touch freed memory (loom tracks
+/// every access through crossbeam-epoch's loom atomics) and sees each cutoff whole or nothing.
 #[test]
 fn radix_reader_walks_through_nodes_being_unlinked() {
     loom::model(|| {
         let tree = Arc::new(RadixTree::default());
-        let guard = tree.guard();
-        // SAFETY: the seam contract (I1) as kept by hand, see the top of the file.
-        let (a, _) = unsafe { tree.add(KEY, LocalHash(1), None, 7, &guard) };
-        // SAFETY: the seam contract (I1) as kept by hand, see the top of the file.
-        let (b, _) = unsafe { tree.add(KEY, LocalHash(2), Some(a), 7, &guard) };
-        drop(guard);
-
+        let a = add(&tree, &[1, 2], 7);
+        let b = add(&tree, &[1, 5], 8);
+        assert_eq!(tree.entries(), 2, "a child at offset 1, no split");
         let reader = {
             let tree = tree.clone();
             thread::spawn(move || {
-                let guard = tree.guard();
-                let Some(a) = tree.child(None, LocalHash(1), &guard) else {
-                    return;
-                };
-                let at_a = tree.workers(a, &guard).map(|s| s.to_vec());
-                assert!(matches!(at_a.as_deref(), None | Some([7])));
-                if let Some(b) = tree.child(Some(a), LocalHash(2), &guard) {
-                    let at_b = tree.workers(b, &guard).map(|s| s.to_vec());
-                    assert!(matches!(at_b.as_deref(), None | Some([7])));
-                }
+                let (top, below) = seen(&tree, 1, 1, 5, 8);
+                assert!(matches!((top, below), (0 | 1, 0) | (1, 1)), "{top} {below}");
+                let (top, _) = seen(&tree, 1, 1, 5, 7);
+                assert!(matches!(top, 0 | 2), "{top}");
             })
         };
-
-        let guard = tree.guard();
-        // SAFETY: the seam contract (I1) as kept by hand, see the top of the file.
-        assert!(unsafe { tree.remove(KEY, b, 7, &guard) });
-        // SAFETY: the seam contract (I1) as kept by hand, see the top of the file.
-        assert!(unsafe { tree.remove(KEY, a, 7, &guard) });
-        drop(guard);
+        remove(&tree, &b, 8);
+        remove(&tree, &a, 7);
         reader.join().unwrap();
         assert_eq!(tree.entries(), 0);
     });
@@ -65,25 +90,21 @@ fn radix_two_writers_create_the_same_child() {
             .into_iter()
             .map(|slot| {
                 let tree = tree.clone();
-                thread::spawn(move || {
-                    let guard = tree.guard();
-                    // SAFETY: the seam contract (I1) as kept by hand, see the top of the file.
-                    unsafe { tree.add(KEY, LocalHash(9), None, slot, &guard) }
-                })
+                thread::spawn(move || add(&tree, &[9, 10], slot))
             })
             .collect();
         let handles: Vec<_> = writers.into_iter().map(|w| w.join().unwrap()).collect();
-        assert!(handles.iter().all(|(_, new)| *new));
         assert_eq!(
-            handles[0].0, handles[1].0,
-            "one node for one local hash under one parent"
+            handles[0], handles[1],
+            "one edge for one run under one parent"
         );
         assert_eq!(tree.entries(), 1);
         let guard = tree.guard();
-        let node = tree.child(None, LocalHash(9), &guard).expect("linked");
+        let node = tree.child(None, 0, LocalHash(9), &guard).expect("linked");
+        let cover = tree.cover(node, &guard).expect("held");
         assert_eq!(
-            tree.workers(node, &guard).map(|s| s.to_vec()),
-            Some(vec![1, 2])
+            (cover.slots(), cover.cutoff(1), cover.cutoff(2)),
+            (vec![1, 2], 2, 2)
         );
     });
 }
@@ -94,63 +115,113 @@ fn radix_two_writers_create_the_same_child() {
 fn radix_join_races_unlink() {
     loom::model(|| {
         let tree = Arc::new(RadixTree::default());
-        let guard = tree.guard();
-        // SAFETY: the seam contract (I1) as kept by hand, see the top of the file.
-        let (a, _) = unsafe { tree.add(KEY, LocalHash(5), None, 1, &guard) };
-        drop(guard);
+        let a = add(&tree, &[5], 1);
         let joiner = {
             let tree = tree.clone();
-            thread::spawn(move || {
-                let guard = tree.guard();
-                // SAFETY: the seam contract (I1) as kept by hand, see the top of the file.
-                unsafe { tree.add(KEY, LocalHash(5), None, 2, &guard) }.0
-            })
+            thread::spawn(move || add(&tree, &[5], 2))
         };
-        let guard = tree.guard();
-        // SAFETY: the seam contract (I1) as kept by hand, see the top of the file.
-        assert!(unsafe { tree.remove(KEY, a, 1, &guard) });
-        drop(guard);
+        remove(&tree, &a, 1);
         let joined = joiner.join().unwrap();
         let guard = tree.guard();
         let node = tree
-            .child(None, LocalHash(5), &guard)
+            .child(None, 0, LocalHash(5), &guard)
             .expect("worker 2's node is linked");
-        assert_eq!(node.handle(), joined);
-        assert_eq!(
-            tree.workers(node, &guard).map(|s| s.to_vec()),
-            Some(vec![2])
-        );
+        assert_eq!(tree.cover(node, &guard).map(|c| c.slots()), Some(vec![2]));
         assert_eq!(tree.entries(), 1);
+        remove(&tree, &joined, 2);
+        assert_eq!(tree.entries(), 0);
     });
 }
 
-/// A second worker joins a node while a reader reads its set: the `One -> Many` upgrade is one
-/// atomic replacement, so the reader sees the old set or the new one, never a mix or a freed one.
+/// A second worker joins a node while a reader reads its cover: the `One -> Many` upgrade is
+/// one atomic replacement, so the reader sees the old cover or the new one, never a mix or a
+/// freed one.
 #[test]
-fn radix_worker_set_upgrade_against_a_reader() {
+fn radix_cover_upgrade_against_a_reader() {
     loom::model(|| {
         let tree = Arc::new(RadixTree::default());
-        let guard = tree.guard();
-        // SAFETY: the seam contract (I1) as kept by hand, see the top of the file.
-        unsafe { tree.add(KEY, LocalHash(3), None, 4, &guard) };
-        drop(guard);
+        add(&tree, &[3], 4);
         let reader = {
             let tree = tree.clone();
             thread::spawn(move || {
                 let guard = tree.guard();
-                let node = tree.child(None, LocalHash(3), &guard).expect("linked");
-                let seen = tree.workers(node, &guard).map(|s| s.to_vec());
+                let node = tree.child(None, 0, LocalHash(3), &guard).expect("linked");
+                let seen = tree.cover(node, &guard).map(|c| c.slots());
                 assert!(
                     matches!(seen.as_deref(), Some([4]) | Some([2, 4])),
                     "{seen:?}"
                 );
             })
         };
-        let guard = tree.guard();
-        // SAFETY: the seam contract (I1) as kept by hand, see the top of the file.
-        unsafe { tree.add(KEY, LocalHash(3), None, 2, &guard) };
-        drop(guard);
+        add(&tree, &[3], 2);
         reader.join().unwrap();
+    });
+}
+
+/// A worker's cutoff moves down (a tail eviction: an atomic store, no entry rewritten) and
+/// back up (the tail re-stored) while a query walks the edge: the query never sees more than
+/// the edge nor less than the blocks that stay.
+#[test]
+fn core_cutoff_move_against_a_query() {
+    use crate::{Event, KvIndex, RadixIndexer, Worker};
+    loom::model(|| {
+        let index = Arc::new(RadixIndexer::default());
+        let w = Worker::new(1, 0);
+        let block = |i: u64| Block::new(LocalHash(i), SeqHash(10 + i));
+        let query = [LocalHash(0), LocalHash(1), LocalHash(2), LocalHash(3)];
+        let chain = (0..4).map(block).collect();
+        index.apply(&Event::stored(w, 0, None, chain)).unwrap();
+        let reader = {
+            let index = index.clone();
+            thread::spawn(move || {
+                let depth = index.find_matches(&query).get(w);
+                assert!(matches!(depth, Some(2..=4)), "{depth:?}");
+            })
+        };
+        index
+            .apply(&Event::removed(w, 1, vec![SeqHash(13), SeqHash(12)]))
+            .unwrap();
+        index
+            .apply(&Event::stored(
+                w,
+                2,
+                Some(SeqHash(11)),
+                vec![block(2), block(3)],
+            ))
+            .unwrap();
+        reader.join().unwrap();
+        assert_eq!(index.find_matches(&query).get(w), Some(4));
+        assert_eq!(index.entries(), 1, "one edge throughout");
+    });
+}
+
+/// Where the design has no split: a second worker leaves the first one's edge midway, which
+/// adds a child at that offset (and the second worker to the edge's cover) while a query walks
+/// the second worker's path. The first worker's depth never changes; the second's is absent,
+/// the shared prefix, or all of it, never more.
+#[test]
+fn core_branch_midway_against_a_query() {
+    use crate::{Event, KvIndex, RadixIndexer, Worker};
+    loom::model(|| {
+        let index = Arc::new(RadixIndexer::default());
+        let (a, b) = (Worker::new(1, 0), Worker::new(2, 0));
+        let block = |i: u64| Block::new(LocalHash(i), SeqHash(10 + i));
+        let chain = (0..4).map(block).collect();
+        index.apply(&Event::stored(a, 0, None, chain)).unwrap();
+        let query = [LocalHash(0), LocalHash(1), LocalHash(9)];
+        let reader = {
+            let index = index.clone();
+            thread::spawn(move || {
+                let scores = index.find_matches(&query);
+                assert_eq!(scores.get(a), Some(2));
+                assert!(matches!(scores.get(b), None | Some(2 | 3)), "{scores:?}");
+            })
+        };
+        let fork = vec![block(0), block(1), block(9)];
+        index.apply(&Event::stored(b, 0, None, fork)).unwrap();
+        reader.join().unwrap();
+        assert_eq!(index.find_matches(&query).get(b), Some(3));
+        assert_eq!(index.entries(), 2);
     });
 }
 
@@ -160,7 +231,7 @@ fn radix_worker_set_upgrade_against_a_reader() {
 /// interleaving touches freed memory while nodes are pruned and re-created.
 #[test]
 fn core_hole_cascade_against_a_query() {
-    use crate::{Block, Event, KvIndex, RadixIndexer, SeqHash, Worker};
+    use crate::{Event, KvIndex, RadixIndexer, Worker};
     loom::model(|| {
         let index = Arc::new(RadixIndexer::default());
         let w = Worker::new(1, 0);
@@ -195,7 +266,7 @@ fn core_hole_cascade_against_a_query() {
                 .get(w),
             Some(3)
         );
-        assert_eq!(index.entries(), 3);
+        assert_eq!(index.entries(), 1, "the chain is one edge");
     });
 }
 

@@ -1,23 +1,28 @@
-//! The epoch-reclaimed radix tree: nodes keyed by local hash under their parent.
+//! The compressed, epoch-reclaimed radix tree: nodes are edges of consecutive blocks, and
+//! what a worker holds of an edge is one cutoff.
 //!
-//! Queries walk from the root, one child per query block, narrowing the active worker set at
-//! each node ([`QueryCtx::walk`], in the core). Children and worker sets are read lock-free;
-//! writers lock a parent before its child, replace sets and child arrays as a whole, and retire
-//! what they replace through `crossbeam-epoch`. A node is unlinked as soon as it has neither
-//! workers nor children, so memory follows the live state under any churn: nothing per worker
-//! or per block outlives the blocks. The protocol and the invariants behind every `unsafe`
-//! block are in `node.rs`.
+//! A stored run becomes, at most, one new node: its blocks' local hashes contiguous in one
+//! edge. A run that follows existing edges raises the worker's cutoff once per edge; a removal
+//! cuts it once per edge. So a 128-block store or a 64-block tail eviction costs a few node
+//! operations, not 128 or 64 entry rewrites. Children hang at any offset of an edge, so a
+//! store that leaves an edge midway adds a child there and never splits the edge: nodes never
+//! move, and the core's handles (node, offset) stay valid (see `node.rs`).
 //!
-//! Unlike the map layouts, a query costs one pointer chase per matched block (no jumps), but
-//! needs no canonical hashes and no hash-map probes.
+//! Queries walk from the root, comparing the query with each edge's local hashes contiguously
+//! and narrowing the active workers once per node (the core's walk, `search.rs`). Covers and
+//! children are read lock-free; writers lock a parent before its child, replace covers'
+//! membership and child arrays as a whole, change cutoffs in place, and retire what they
+//! replace through `crossbeam-epoch`. A node is unlinked as soon as it has neither workers nor
+//! children, so memory follows the live state under any churn. The protocol and the
+//! invariants behind every `unsafe` block are in `node.rs`.
 
 mod node;
 
-use node::{Node, NodeRef};
+use node::{ChildKey, Node, Spot};
 
-use crate::index_core::{Indexer, Key, Slot, Storage, Tree, Walk, WorkerSet};
+use crate::index_core::{Cover, Indexer, Key, Slot, Storage, Tree, Walk};
 use crate::sync::atomic::{AtomicU64, Ordering};
-use crate::types::LocalHash;
+use crate::types::{Block, LocalHash};
 use crossbeam_epoch::Guard;
 #[cfg(not(loom))]
 use std::cell::Cell;
@@ -54,9 +59,9 @@ fn mutated(guard: &Guard) {
     }
 }
 
-/// The radix tree layout: nodes keyed by local hash under their parent, read lock-free and
-/// reclaimed through `crossbeam-epoch`, pruned as soon as they are empty; queries walk it from
-/// the root.
+/// The compressed radix tree layout: edges of consecutive blocks with one cutoff per worker,
+/// read lock-free and reclaimed through `crossbeam-epoch`, pruned as soon as they are empty;
+/// queries walk it from the root.
 pub struct RadixTree {
     root: Node,
     /// Linked nodes, the root excluded.
@@ -90,7 +95,8 @@ impl Drop for RadixTree {
 impl Storage for RadixTree {
     type Search = Walk;
     type Guard<'a> = Guard;
-    type Handle = NodeRef;
+    type Handle = Spot;
+    const KEYED: bool = false;
 
     fn guard(&self) -> Guard {
         crossbeam_epoch::pin()
@@ -98,40 +104,116 @@ impl Storage for RadixTree {
 
     unsafe fn add(
         &self,
-        _: Key,
+        key: Key,
         local: LocalHash,
-        parent: Option<NodeRef>,
+        parent: Option<Spot>,
         slot: Slot,
         guard: &Guard,
-    ) -> (NodeRef, bool) {
-        let parent = match parent {
-            // SAFETY: the core passes the handle of its worker's reachable parent block, so the
-            // worker is in that node (I1).
-            Some(handle) => unsafe { handle.node() },
-            None => &self.root,
-        };
-        let (child, new, created) = parent.add_to_child(local, slot, guard);
-        mutated(guard);
-        if created {
-            self.nodes.fetch_add(1, Ordering::Relaxed);
-        }
-        (child.handle(), new)
+    ) -> (Spot, bool) {
+        let mut handle = Vec::with_capacity(1);
+        let block = Block::new(local, crate::types::SeqHash(0));
+        // SAFETY: the caller's contract, for a run of one block.
+        let twins = unsafe { self.add_run(parent, &[key], &[block], slot, guard, &mut handle) };
+        (handle[0], twins == 0)
     }
 
-    unsafe fn remove(&self, _: Key, handle: NodeRef, slot: Slot, guard: &Guard) -> bool {
-        // SAFETY: the core removes a slot only from the node it added it to and has not removed
-        // it from since, so the worker is in the node (I1); `guard` pins the caller.
-        let (removed, unlinked) = unsafe { handle.node().remove_from(slot, guard) };
-        mutated(guard);
-        if unlinked > 0 {
-            self.nodes.fetch_sub(unlinked as u64, Ordering::Relaxed);
+    unsafe fn remove(&self, key: Key, handle: Spot, slot: Slot, guard: &Guard) -> bool {
+        // SAFETY: the caller's contract, for a run of one block.
+        unsafe { self.remove_run(&[key], &[handle], slot, guard) };
+        true
+    }
+
+    unsafe fn add_run(
+        &self,
+        parent: Option<Spot>,
+        _: &[Key],
+        blocks: &[Block],
+        slot: Slot,
+        guard: &Guard,
+        handles: &mut Vec<Spot>,
+    ) -> usize {
+        let (mut node, mut off) = match parent {
+            // SAFETY: the core passes the handle of its worker's reachable parent block, so the
+            // worker is in that node (I1).
+            Some(spot) => (unsafe { spot.node() }, spot.off + 1),
+            None => (&self.root, 0),
+        };
+        // Blocks this worker already held at the front of the run (salted twins).
+        let (mut twins, mut all_held) = (0usize, true);
+        let mut held_before = |from: u32, to: u32, old: u32| {
+            if all_held {
+                let held = old.min(to).saturating_sub(from);
+                twins += held as usize;
+                all_held = held == to - from;
+            }
+        };
+        let mut rest = blocks;
+        while let Some(first) = rest.first() {
+            let (at, to) = if node.edge().get(off as usize) == Some(&first.local) {
+                // On along an edge this worker is in (I1): it stays linked, one cutoff to raise.
+                let to = off + follow(&node.edge()[off as usize..], rest);
+                held_before(off, to, node.raise_own(slot, to, guard));
+                (off, to)
+            } else {
+                let key = ChildKey {
+                    at: off,
+                    local: first.local,
+                };
+                let (child, to, old, created) = node.enter_child(
+                    key,
+                    slot,
+                    |edge| follow(edge, rest),
+                    || rest.iter().map(|b| b.local).collect(),
+                    guard,
+                );
+                if created {
+                    self.nodes.fetch_add(1, Ordering::Relaxed);
+                }
+                held_before(0, to, old);
+                node = child;
+                (0, to)
+            };
+            handles.extend((at..to).map(|o| Spot::new(node, o)));
+            rest = &rest[(to - at) as usize..];
+            off = to;
+            mutated(guard);
         }
-        removed
+        twins
+    }
+
+    unsafe fn remove_run(&self, _: &[Key], handles: &[Spot], slot: Slot, guard: &Guard) {
+        // One cut per node, the deepest first: a run's blocks in one node are consecutive.
+        let mut end = handles.len();
+        while end > 0 {
+            let last = handles[end - 1];
+            let mut start = end - 1;
+            while start > 0 && handles[start - 1].same_node(last) {
+                start -= 1;
+            }
+            debug_assert_eq!(last.off - handles[start].off, (end - 1 - start) as u32);
+            // SAFETY: the core removes a slot only from the nodes it added it to and has not
+            // removed it from since, so the worker is in the node, holding up to `last` (I1);
+            // `guard` pins the caller.
+            let unlinked = unsafe { last.node().cut(slot, handles[start].off, guard) };
+            if unlinked > 0 {
+                self.nodes.fetch_sub(unlinked as u64, Ordering::Relaxed);
+            }
+            mutated(guard);
+            end = start;
+        }
     }
 
     fn entries(&self) -> usize {
         self.nodes.load(Ordering::Relaxed) as usize
     }
+}
+
+/// How many of `blocks` follow `edge` from its start.
+fn follow(edge: &[LocalHash], blocks: &[Block]) -> u32 {
+    edge.iter()
+        .zip(blocks)
+        .take_while(|(local, block)| **local == block.local)
+        .count() as u32
 }
 
 impl Tree for RadixTree {
@@ -141,15 +223,23 @@ impl Tree for RadixTree {
     fn child<'g>(
         &'g self,
         parent: Option<&'g Node>,
+        at: u32,
         local: LocalHash,
         guard: &'g Guard,
     ) -> Option<&'g Node> {
-        parent.unwrap_or(&self.root).child(local, guard)
+        parent
+            .unwrap_or(&self.root)
+            .child(ChildKey { at, local }, guard)
     }
 
     #[inline]
-    fn workers<'g>(&'g self, node: &'g Node, guard: &'g Guard) -> Option<&'g WorkerSet> {
-        node.workers(guard)
+    fn edge<'g>(&'g self, node: &'g Node) -> &'g [LocalHash] {
+        node.edge()
+    }
+
+    #[inline]
+    fn cover<'g>(&'g self, node: &'g Node, guard: &'g Guard) -> Option<&'g Cover> {
+        node.cover(guard)
     }
 }
 
@@ -162,8 +252,16 @@ impl Tree for RadixTree {
 /// let w = Worker::new(0, 0);
 /// let blocks: Vec<Block> = (0..10).map(|i| Block::new(LocalHash(i), SeqHash(100 + i))).collect();
 /// index.apply(&Event::stored(w, 0, None, blocks)).unwrap();
-/// assert_eq!(index.entries(), 10);
+/// // One run, one node: its ten blocks' local hashes in one edge.
+/// assert_eq!(index.entries(), 1);
+/// // Another worker leaves that edge after four blocks: a child hangs at offset 4.
+/// let v = Worker::new(1, 0);
+/// let fork: Vec<Block> = (0..4).chain([99]).map(|i| Block::new(LocalHash(i), SeqHash(200 + i))).collect();
+/// index.apply(&Event::stored(v, 0, None, fork)).unwrap();
+/// assert_eq!(index.entries(), 2);
+/// assert_eq!(index.find_matches(&[LocalHash(0), LocalHash(1), LocalHash(2)]).len(), 2);
 /// // Removing the blocks unlinks their nodes: memory follows the live state.
+/// index.apply(&Event::removed(v, 1, vec![SeqHash(299), SeqHash(203), SeqHash(202), SeqHash(201), SeqHash(200)])).unwrap();
 /// index.apply(&Event::removed(w, 1, (0..10).rev().map(|i| SeqHash(100 + i)).collect())).unwrap();
 /// assert_eq!(index.entries(), 0);
 /// ```
@@ -172,34 +270,60 @@ pub type RadixIndexer = Indexer<RadixTree>;
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::types::SeqHash;
+
+    fn blocks(locals: &[u64]) -> Vec<Block> {
+        locals
+            .iter()
+            .map(|&l| Block::new(LocalHash(l), SeqHash(l)))
+            .collect()
+    }
+
+    fn keys(n: usize) -> Vec<Key> {
+        vec![Key { pos: 0, canon: 0 }; n]
+    }
 
     #[test]
-    fn nodes_are_created_shared_and_unlinked() {
+    fn runs_share_edges_and_branch_midway_without_splitting() {
         let tree = RadixTree::default();
         let guard = tree.guard();
-        let key = Key { pos: 0, canon: 0 };
+        let (mut a, mut b) = (Vec::new(), Vec::new());
+        let run = blocks(&[1, 2, 3, 4]);
         // SAFETY: I1 by hand: parents passed while their slot is in them; slots removed once.
-        let (a, new) = unsafe { tree.add(key, LocalHash(1), None, 7, &guard) };
-        assert!(new);
-        // SAFETY: I1 by hand: parents passed while their slot is in them; slots removed once.
-        let (a2, new) = unsafe { tree.add(key, LocalHash(1), None, 8, &guard) };
-        assert!(new && a == a2, "one node per local hash under a parent");
-        // SAFETY: I1 by hand: parents passed while their slot is in them; slots removed once.
-        let (b, _) = unsafe { tree.add(key, LocalHash(2), Some(a), 7, &guard) };
-        assert_eq!(tree.entries(), 2);
-        assert!(
-            tree.child(None, LocalHash(1), &guard)
-                .is_some_and(|n| n.handle() == a)
+        let twins = unsafe { tree.add_run(None, &keys(4), &run, 7, &guard, &mut a) };
+        assert_eq!((twins, tree.entries()), (0, 1), "one run, one node");
+        let fork = blocks(&[1, 2, 9]);
+        // SAFETY: as above.
+        let twins = unsafe { tree.add_run(None, &keys(3), &fork, 8, &guard, &mut b) };
+        assert_eq!(
+            (twins, tree.entries()),
+            (0, 2),
+            "a child at offset 2, no split"
         );
-        // SAFETY: I1 by hand: parents passed while their slot is in them; slots removed once.
-        assert!(unsafe { tree.remove(key, b, 7, &guard) });
-        assert_eq!(tree.entries(), 1);
-        // SAFETY: I1 by hand: parents passed while their slot is in them; slots removed once.
-        assert!(unsafe { tree.remove(key, a, 7, &guard) });
-        assert_eq!(tree.entries(), 1, "slot 8 keeps the node");
-        // SAFETY: I1 by hand: parents passed while their slot is in them; slots removed once.
-        assert!(unsafe { tree.remove(key, a, 8, &guard) });
+        assert!(a[..2] == b[..2] && a[2] != b[2]);
+        let node = tree.child(None, 0, LocalHash(1), &guard).expect("linked");
+        assert_eq!(node.edge().len(), 4);
+        let cover = tree.cover(node, &guard).expect("held");
+        assert_eq!((cover.cutoff(7), cover.cutoff(8)), (4, 2));
+        let child = tree
+            .child(Some(node), 2, LocalHash(9), &guard)
+            .expect("linked");
+        assert_eq!(tree.cover(child, &guard).map(|c| c.cutoff(8)), Some(1));
+        // The same blocks again under the same worker: all of them already held (twins).
+        let mut again = Vec::new();
+        // SAFETY: as above.
+        let twins = unsafe { tree.add_run(None, &keys(4), &run, 7, &guard, &mut again) };
+        assert_eq!((twins, again), (4, a.clone()));
+        // A tail eviction moves the cutoff; the last worker out unlinks the nodes.
+        // SAFETY: as above.
+        unsafe { tree.remove_run(&keys(2), &a[2..], 7, &guard) };
+        assert_eq!(tree.cover(node, &guard).map(|c| c.cutoff(7)), Some(2));
+        // SAFETY: as above.
+        unsafe { tree.remove_run(&keys(3), &b, 8, &guard) };
+        assert_eq!(tree.entries(), 1, "worker 7 keeps the first node");
+        // SAFETY: as above.
+        unsafe { tree.remove_run(&keys(2), &a[..2], 7, &guard) };
         assert_eq!(tree.entries(), 0);
-        assert!(tree.child(None, LocalHash(1), &guard).is_none());
+        assert!(tree.child(None, 0, LocalHash(1), &guard).is_none());
     }
 }

@@ -1,47 +1,62 @@
 //! Tree nodes: what readers see lock-free, and the writer-side protocol that keeps them valid.
 //!
+//! A node is an *edge*: the local hashes of consecutive blocks, fixed when the node is created.
+//! Children hang at any offset of it (keyed by the offset and the first local hash of their own
+//! edge), so a store that leaves an edge in its middle adds a child there and never splits the
+//! edge: nodes never move, and a handle (node, offset) stays valid while its worker holds the
+//! block. Which workers hold how much of the edge is the node's [`Cover`].
+//!
 //! # Memory safety
 //!
-//! Nodes, worker sets and child arrays are read through `crossbeam-epoch` guards and replaced,
-//! never mutated in place (read-copy-update); large child sets are papaya maps, which are
-//! concurrent themselves. Whatever is replaced or unlinked is retired through the epoch, so it is
-//! freed only after every reader that could have loaded it has unpinned.
+//! Covers and child arrays are read through `crossbeam-epoch` guards; their membership is
+//! replaced, never mutated in place (read-copy-update), while cutoffs are atomics; large child
+//! sets are papaya maps, which are concurrent themselves. Whatever is replaced or unlinked is
+//! retired through the epoch, so it is freed only after every reader that could have loaded it
+//! has unpinned.
 //!
-//! Writers lock a node's `lock` to change it, always a parent before its child. A node is
+//! Writers lock a node's `unlinked` to change it, always a parent before its child. A node is
 //! unlinked from its parent (under both locks) only when it has no workers and no children;
-//! then `dead` is set. From that follow the invariants the `// SAFETY:` comments name:
+//! then `unlinked` is set. From that follow the invariants the `// SAFETY:` comments name:
 //! - **I1 (held nodes live)**: a node that has a worker is linked; the core keeps a node's
-//!   pointer (a [`NodeRef`]) only while its worker is in the node, so the pointer is live.
+//!   pointer (a [`Spot`]) only while its worker is in the node, so the pointer is live.
 //! - **I2 (parents outlive children)**: a node with a linked child is not unlinked, so a linked
 //!   node's `parent` pointer is live.
 //! - **I3 (pinned memory stays)**: a node reached while pinned (through its parent's children
 //!   or a parent pointer) stays allocated until the pin ends, even if unlinked meanwhile;
-//!   `dead` tells a writer that it was.
+//!   `unlinked` tells a writer that it was.
 
-use crate::index_core::{Slot, WorkerSet};
+use crate::index_core::{Cover, Slot};
 use crate::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed};
 use crate::sync::{Mutex, lock};
 use crate::types::LocalHash;
 use crossbeam_epoch::{Atomic, Guard, Owned, Shared};
 use std::ptr::NonNull;
 
-/// A node's wide worker set is changed (in place, or replaced) only under the node's lock, so a
-/// writer holding that lock never finds it retired.
-const WIDE_UNDER_NODE_LOCK: &str = "a node's wide set is replaced only under the node's lock";
-
 /// Children beyond this many move from a sorted array to a concurrent map: copying the array
 /// on every insert is quadratic at a fan-out of thousands (the last shared block of a system
 /// prompt, under which every conversation forks).
 const SMALL: usize = 16;
 
-/// A node of the radix tree: one block position of one prefix, and the workers holding it.
+/// Where a child hangs: the offset in its parent's edge that its own edge continues from, and
+/// its edge's first local hash (which differs from the parent's block at that offset).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub(super) struct ChildKey {
+    pub(super) at: u32,
+    pub(super) local: LocalHash,
+}
+
+/// A node of the compressed tree: an edge of consecutive blocks of one prefix, and the workers
+/// holding a prefix of it.
 ///
 /// Opaque: layouts hand nodes to the core's walk, which only passes them back.
 pub struct Node {
+    /// Local hashes of the edge's blocks; empty only at the root.
+    edge: Box<[LocalHash]>,
     /// Its key in the parent's children.
-    local: LocalHash,
+    key: ChildKey,
     parent: *const Node,
-    workers: Atomic<WorkerSet>,
+    /// Null when no worker holds any of the edge.
+    cover: Atomic<Cover>,
     /// Null when there are none.
     children: Atomic<Children>,
     /// Writers' lock over the node; what it guards is whether the node is unlinked.
@@ -51,17 +66,18 @@ pub struct Node {
 impl std::fmt::Debug for Node {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Node")
-            .field("local", &self.local)
+            .field("key", &self.key)
+            .field("edge", &self.edge.len())
             .finish_non_exhaustive()
     }
 }
 
 /// A node's children. Changed only under the node's lock; read lock-free.
 enum Children {
-    /// Up to [`SMALL`] children sorted by local hash, replaced as a whole on every change.
-    Small(Box<[(LocalHash, NodePtr)]>),
+    /// Up to [`SMALL`] children sorted by key, replaced as a whole on every change.
+    Small(Box<[(ChildKey, NodePtr)]>),
     /// More: a concurrent map changed in place. Never empty: an emptied map is replaced by null.
-    Large(papaya::HashMap<LocalHash, NodePtr, foldhash::fast::RandomState>),
+    Large(papaya::HashMap<ChildKey, NodePtr, foldhash::fast::RandomState>),
 }
 
 /// A child pointer stored in [`Children`].
@@ -79,34 +95,48 @@ unsafe impl Send for Node {}
 // SAFETY: as above.
 unsafe impl Sync for Node {}
 
-/// A node pointer the core keeps for a reachable block (the layout's `Handle`). Only
-/// [`Node::handle`] makes one, so it never dangles while I1 holds, and it is never null.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct NodeRef(NonNull<Node>);
+/// Where a reachable block is: a node and an offset in its edge (the layout's `Handle`). Only
+/// [`Spot::new`] makes one, from a node the worker is in, so it never dangles while I1 holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Spot {
+    node: NonNull<Node>,
+    pub(super) off: u32,
+}
 
-// SAFETY: a `NodeRef` is only dereferenced under I1 (its worker is in the node), on whichever
+// SAFETY: a `Spot` is only dereferenced under I1 (its worker is in the node), on whichever
 // thread applies that worker's events.
-unsafe impl Send for NodeRef {}
+unsafe impl Send for Spot {}
 // SAFETY: as above; it is never dereferenced through a shared reference concurrently with a free.
-unsafe impl Sync for NodeRef {}
+unsafe impl Sync for Spot {}
 
-impl NodeRef {
+impl Spot {
+    pub(super) fn new(node: &Node, off: u32) -> Self {
+        Self {
+            node: NonNull::from(node),
+            off,
+        }
+    }
+
     /// # Safety
     /// The caller's worker is in the node (I1).
     pub(super) unsafe fn node<'a>(self) -> &'a Node {
         // SAFETY: the caller upholds I1, so the node is linked and allocated.
-        unsafe { self.0.as_ref() }
+        unsafe { self.node.as_ref() }
+    }
+
+    pub(super) fn same_node(self, other: Spot) -> bool {
+        self.node == other.node
     }
 }
 
 impl Children {
-    fn get(&self, local: LocalHash) -> Option<*const Node> {
+    fn get(&self, key: ChildKey) -> Option<*const Node> {
         match self {
             Children::Small(entries) => {
-                let at = entries.binary_search_by_key(&local, |(l, _)| *l).ok()?;
+                let at = entries.binary_search_by_key(&key, |(k, _)| *k).ok()?;
                 Some(entries[at].1.0)
             }
-            Children::Large(map) => map.pin().get(&local).map(|p| p.0),
+            Children::Large(map) => map.pin().get(&key).map(|p| p.0),
         }
     }
 
@@ -120,14 +150,28 @@ impl Children {
 
 impl Node {
     pub(super) fn root() -> Self {
-        Self::new(LocalHash(0), std::ptr::null())
+        Self::new(
+            Box::new([]),
+            ChildKey {
+                at: 0,
+                local: LocalHash(0),
+            },
+            std::ptr::null(),
+            None,
+        )
     }
 
-    fn new(local: LocalHash, parent: *const Node) -> Self {
+    fn new(
+        edge: Box<[LocalHash]>,
+        key: ChildKey,
+        parent: *const Node,
+        cover: Option<Cover>,
+    ) -> Self {
         Self {
-            local,
+            edge,
+            key,
             parent,
-            workers: Atomic::null(),
+            cover: cover.map_or_else(Atomic::null, Atomic::new),
             children: Atomic::null(),
             unlinked: Mutex::new(false),
         }
@@ -137,9 +181,8 @@ impl Node {
         self.parent.is_null()
     }
 
-    /// The handle the layout gives the core for this node.
-    pub(crate) fn handle(&self) -> NodeRef {
-        NodeRef(NonNull::from(self))
+    pub(super) fn edge(&self) -> &[LocalHash] {
+        &self.edge
     }
 
     fn children<'g>(&self, guard: &'g Guard) -> Option<&'g Children> {
@@ -147,53 +190,45 @@ impl Node {
         unsafe { self.children.load(Acquire, guard).as_ref() }
     }
 
-    /// The child with local hash `local`, lock-free.
-    pub(super) fn child<'g>(&self, local: LocalHash, guard: &'g Guard) -> Option<&'g Node> {
-        let ptr = self.children(guard)?.get(local)?;
+    /// The child at `key`, lock-free.
+    pub(super) fn child<'g>(&self, key: ChildKey, guard: &'g Guard) -> Option<&'g Node> {
+        let ptr = self.children(guard)?.get(key)?;
         // SAFETY: the pointer was linked when we loaded it; I3 keeps it allocated.
         Some(unsafe { &*ptr })
     }
 
-    /// The node's workers, lock-free.
-    pub(super) fn workers<'g>(&self, guard: &'g Guard) -> Option<&'g WorkerSet> {
-        // SAFETY: worker sets are only freed through the epoch after being replaced (I3).
-        unsafe { self.workers.load(Acquire, guard).as_ref() }
+    /// The node's cover, lock-free.
+    pub(super) fn cover<'g>(&self, guard: &'g Guard) -> Option<&'g Cover> {
+        // SAFETY: covers are only freed through the epoch after being replaced (I3).
+        unsafe { self.cover.load(Acquire, guard).as_ref() }
     }
 
-    /// Replaces the worker set. Caller holds `self.unlinked`.
-    fn set_workers(&self, set: Option<WorkerSet>, guard: &Guard) {
-        let new = set.map_or(Shared::null(), |s| Owned::new(s).into_shared(guard));
-        self.retire(self.workers.swap(new, AcqRel, guard), guard);
+    /// Replaces the cover. Caller holds `self.unlinked`.
+    fn set_cover(&self, cover: Option<Cover>, guard: &Guard) {
+        let new = cover.map_or(Shared::null(), |c| Owned::new(c).into_shared(guard));
+        retire(self.cover.swap(new, AcqRel, guard), guard);
     }
 
     /// Replaces the children. Caller holds `self.unlinked`.
     fn set_children(&self, children: Option<Children>, guard: &Guard) {
         let new = children.map_or(Shared::null(), |c| Owned::new(c).into_shared(guard));
-        self.retire(self.children.swap(new, AcqRel, guard), guard);
+        retire(self.children.swap(new, AcqRel, guard), guard);
     }
 
-    fn retire<T>(&self, old: Shared<'_, T>, guard: &Guard) {
-        if !old.is_null() {
-            // SAFETY: `old` was just swapped out of the only place that published it; readers
-            // that loaded it are pinned, and the epoch frees it after they unpin.
-            unsafe { guard.defer_destroy(old) };
-        }
-    }
-
-    /// Links `child` under `local`. Caller holds `self.unlinked`.
-    fn link(&self, local: LocalHash, child: *const Node, guard: &Guard) {
+    /// Links `child` at `key`. Caller holds `self.unlinked`.
+    fn link(&self, key: ChildKey, child: *const Node, guard: &Guard) {
         match self.children(guard) {
             Some(Children::Large(map)) => {
-                map.pin().insert(local, NodePtr(child));
+                map.pin().insert(key, NodePtr(child));
             }
             Some(Children::Small(entries)) if entries.len() >= SMALL => {
                 let map = papaya::HashMap::with_capacity_and_hasher(2 * SMALL, Default::default());
                 {
                     let pinned = map.pin();
-                    for (l, p) in entries.iter() {
-                        pinned.insert(*l, *p);
+                    for (k, p) in entries.iter() {
+                        pinned.insert(*k, *p);
                     }
-                    pinned.insert(local, NodePtr(child));
+                    pinned.insert(key, NodePtr(child));
                 }
                 self.set_children(Some(Children::Large(map)), guard);
             }
@@ -202,32 +237,26 @@ impl Node {
                     Some(Children::Small(entries)) => entries.to_vec(),
                     _ => Vec::with_capacity(1),
                 };
-                let at = entries
-                    .binary_search_by_key(&local, |(l, _)| *l)
-                    .unwrap_err();
-                entries.insert(at, (local, NodePtr(child)));
+                let at = entries.binary_search_by_key(&key, |(k, _)| *k).unwrap_err();
+                entries.insert(at, (key, NodePtr(child)));
                 self.set_children(Some(Children::Small(entries.into_boxed_slice())), guard);
             }
         }
     }
 
-    /// Unlinks `child` (key `local`). Caller holds `self.unlinked`.
-    fn unlink(&self, local: LocalHash, guard: &Guard) {
+    /// Unlinks the child at `key`. Caller holds `self.unlinked`.
+    fn unlink(&self, key: ChildKey, guard: &Guard) {
         match self.children(guard) {
             Some(Children::Large(map)) => {
                 let pinned = map.pin();
-                pinned.remove(&local);
+                pinned.remove(&key);
                 if pinned.is_empty() {
                     drop(pinned);
                     self.set_children(None, guard);
                 }
             }
             Some(Children::Small(entries)) => {
-                let rest: Vec<_> = entries
-                    .iter()
-                    .filter(|(l, _)| *l != local)
-                    .copied()
-                    .collect();
+                let rest: Vec<_> = entries.iter().filter(|(k, _)| *k != key).copied().collect();
                 let rest = (!rest.is_empty()).then(|| Children::Small(rest.into_boxed_slice()));
                 self.set_children(rest, guard);
             }
@@ -235,102 +264,97 @@ impl Node {
         }
     }
 
-    /// Adds `slot` to the child `local` of `self`, creating it. Returns the child, whether
-    /// `slot` was new there, and whether a node was created.
-    pub(super) fn add_to_child<'g>(
+    /// Raises `slot`'s cutoff to `to` (adding it); returns the cutoff before. Caller holds
+    /// `self.unlinked`, and the node is linked.
+    fn raise(&self, slot: Slot, to: u32, guard: &Guard) -> u32 {
+        match self.cover(guard) {
+            None => {
+                self.set_cover(Some(Cover::one(slot, to)), guard);
+                0
+            }
+            Some(cover) => match cover.raise(slot, to) {
+                Ok(old) => old,
+                Err((replacement, old)) => {
+                    self.set_cover(replacement, guard);
+                    old
+                }
+            },
+        }
+    }
+
+    /// Raises `slot`'s cutoff in `self`, a node it is in (I1), to `to`; returns the cutoff
+    /// before.
+    pub(super) fn raise_own(&self, slot: Slot, to: u32, guard: &Guard) -> u32 {
+        let state = lock(&self.unlinked);
+        debug_assert!(!*state, "a node with a worker is linked (I1)");
+        let old = self.raise(slot, to, guard);
+        drop(state);
+        old
+    }
+
+    /// Adds `slot` to the child of `self` at `key`, holding `follow(child's edge)` blocks of it;
+    /// creates the child, with edge `edge()`, when there is none. Returns the child, how many
+    /// blocks `slot` holds there now, the cutoff it had there before, and whether the child was
+    /// created. `self` holds `slot` (I1), or is the root.
+    pub(super) fn enter_child<'g>(
         &'g self,
-        local: LocalHash,
+        key: ChildKey,
         slot: Slot,
+        follow: impl FnOnce(&[LocalHash]) -> u32,
+        edge: impl FnOnce() -> Box<[LocalHash]>,
         guard: &'g Guard,
-    ) -> (&'g Node, bool, bool) {
+    ) -> (&'g Node, u32, u32, bool) {
         let parent_state = lock(&self.unlinked);
         debug_assert!(
             !*parent_state,
             "a node with a worker's reachable child is linked (I1, I2)"
         );
-        let (child, created) = match self.child(local, guard) {
-            Some(child) => (child, false),
+        let out = match self.child(key, guard) {
+            Some(child) => {
+                let held = follow(&child.edge);
+                debug_assert!(held > 0, "a child's edge starts with its key's local hash");
+                let child_state = lock(&child.unlinked);
+                // Linked under our lock, so not unlinked: that needs the parent's lock.
+                debug_assert!(!*child_state);
+                let old = child.raise(slot, held, guard);
+                drop(child_state);
+                (child, held, old, false)
+            }
             None => {
-                let child = Box::into_raw(Box::new(Node::new(local, self)));
-                self.link(local, child, guard);
+                let edge = edge();
+                let held = edge.len() as u32;
+                let child = Box::new(Node::new(edge, key, self, Some(Cover::one(slot, held))));
+                let child = Box::into_raw(child);
+                self.link(key, child, guard);
                 // SAFETY: just allocated and linked; it stays allocated while we are pinned (I3).
-                (unsafe { &*child }, true)
+                (unsafe { &*child }, held, 0, true)
             }
         };
-        let child_state = lock(&child.unlinked);
-        // Linked under our lock, so not dead: unlinking needs the parent's lock, which we hold.
-        debug_assert!(!*child_state);
-        let new = match child.workers(guard) {
-            None => {
-                child.set_workers(Some(WorkerSet::One(slot)), guard);
-                true
-            }
-            Some(set) => match set.wide() {
-                Some(wide) => {
-                    let mut writer = wide.write().expect(WIDE_UNDER_NODE_LOCK);
-                    match writer.insert(slot) {
-                        Ok(added) => added,
-                        Err(wider) => {
-                            child.set_workers(Some(wider), guard);
-                            writer.retire();
-                            true
-                        }
-                    }
-                }
-                None => match set.with(slot) {
-                    Some(grown) => {
-                        child.set_workers(Some(grown), guard);
-                        true
-                    }
-                    None => false,
-                },
-            },
-        };
-        drop(child_state);
         drop(parent_state);
-        (child, new, created)
+        out
     }
 
-    /// Removes `slot` from `self`, then unlinks `self` and its ancestors while they have
-    /// neither workers nor children. Returns whether `slot` was there and how many nodes were
+    /// Cuts `slot`'s cutoff in `self` down to `to` (0: removes it), then unlinks `self` and
+    /// its ancestors while they have neither workers nor children. Returns how many nodes were
     /// unlinked.
     ///
     /// # Safety
-    /// The caller's worker (`slot`) is in `self` (I1) and the caller is pinned by `guard`.
-    pub(super) unsafe fn remove_from(&self, slot: Slot, guard: &Guard) -> (bool, usize) {
-        // SAFETY: I2: `self` is linked (it has our worker), so its parent is live.
-        let parent = unsafe { &*self.parent };
-        let parent_state = lock(&parent.unlinked);
+    /// The caller's worker (`slot`) is in `self`, holding more than `to` blocks (I1), and the
+    /// caller is pinned by `guard`.
+    pub(super) unsafe fn cut(&self, slot: Slot, to: u32, guard: &Guard) -> usize {
         let state = lock(&self.unlinked);
-        let Some(set) = self.workers(guard) else {
-            return (false, 0);
-        };
-        let empty = match set.wide() {
-            Some(wide) => {
-                let mut writer = wide.write().expect(WIDE_UNDER_NODE_LOCK);
-                match writer.remove(slot) {
-                    Ok(false) => return (false, 0),
-                    Ok(true) => false,
-                    Err(narrow) => {
-                        self.set_workers(Some(narrow), guard);
-                        writer.retire();
-                        false
-                    }
-                }
-            }
-            None => {
-                let Ok(rest) = set.without(slot) else {
-                    return (false, 0);
-                };
-                let empty = rest.is_none();
-                self.set_workers(rest, guard);
-                empty
+        debug_assert!(!*state, "a node with a worker is linked (I1)");
+        let cover = self.cover(guard).expect("a node with a worker has a cover");
+        let emptied = match cover.cut(slot, to) {
+            Ok(()) => false,
+            Err(replacement) => {
+                let emptied = replacement.is_none();
+                self.set_cover(replacement, guard);
+                emptied
             }
         };
         drop(state);
-        drop(parent_state);
-        let unlinked = if empty { self.prune(guard) } else { 0 };
-        (true, unlinked)
+        if emptied { self.prune(guard) } else { 0 }
     }
 
     /// Unlinks `self`, then its ancestors, while they have neither workers nor children.
@@ -343,15 +367,15 @@ impl Node {
             let parent = unsafe { &*node.parent };
             let parent_state = lock(&parent.unlinked);
             let mut state = lock(&node.unlinked);
-            if *state || node.workers(guard).is_some() || node.children(guard).is_some() {
+            if *state || node.cover(guard).is_some() || node.children(guard).is_some() {
                 return unlinked; // Already unlinked by another writer, or needed again.
             }
-            parent.unlink(node.local, guard);
+            parent.unlink(node.key, guard);
             *state = true;
             drop(state);
             drop(parent_state);
             // SAFETY: unlinked from the only place that published it; readers and writers
-            // that reached it are pinned (I3) and see `dead`; freed after they unpin.
+            // that reached it are pinned (I3) and see `unlinked`; freed after they unpin.
             unsafe { guard.defer_destroy(Shared::from(node as *const Node)) };
             unlinked += 1;
             node = parent;
@@ -370,7 +394,7 @@ impl Node {
             .children(guard)
             .map_or_else(Vec::new, Children::pointers);
         while let Some(ptr) = stack.pop() {
-            // SAFETY: every linked node was allocated by `Box::new` in `add_to_child` and is
+            // SAFETY: every linked node was allocated by `Box::new` in `enter_child` and is
             // linked from exactly one parent, so it is freed exactly once.
             let node = unsafe { Box::from_raw(ptr as *mut Node) };
             if let Some(children) = node.children(guard) {
@@ -380,15 +404,24 @@ impl Node {
     }
 }
 
+/// Retires `old` (if any) through the epoch.
+fn retire<T>(old: Shared<'_, T>, guard: &Guard) {
+    if !old.is_null() {
+        // SAFETY: `old` was just swapped out of the only place that published it; readers
+        // that loaded it are pinned, and the epoch frees it after they unpin.
+        unsafe { guard.defer_destroy(old) };
+    }
+}
+
 impl Drop for Node {
     fn drop(&mut self) {
         // SAFETY: a node is dropped by `free_descendants` (exclusive access) or by the epoch
-        // after no reader can reach it; its own set and children are reachable only from it.
+        // after no reader can reach it; its own cover and children are reachable only from it.
         unsafe {
             let guard = crossbeam_epoch::unprotected();
-            let workers = self.workers.load(Relaxed, guard);
-            if !workers.is_null() {
-                drop(workers.into_owned());
+            let cover = self.cover.load(Relaxed, guard);
+            if !cover.is_null() {
+                drop(cover.into_owned());
             }
             let children = self.children.load(Relaxed, guard);
             if !children.is_null() {

@@ -181,15 +181,7 @@ impl WideSet {
 
     /// The slots, sorted ascending.
     pub fn to_vec(&self) -> Vec<Slot> {
-        let mut out = Vec::with_capacity(self.len.load(Ordering::Relaxed) as usize);
-        for (i, word) in self.words.iter().enumerate() {
-            let mut bits = word.load(Ordering::Acquire);
-            while bits != 0 {
-                out.push(i as Slot * 64 + bits.trailing_zeros());
-                bits &= bits - 1;
-            }
-        }
-        out
+        slots_of_bits(&self.words, self.len.load(Ordering::Relaxed) as usize)
     }
 
     /// Locks the set for a change; `None` when it was retired (look the entry up again).
@@ -197,6 +189,20 @@ impl WideSet {
         let retired = lock(&self.retired);
         (!*retired).then_some(WideWriter { set: self, retired })
     }
+}
+
+/// The slots whose bits are set in `words` (about `len` of them), sorted ascending.
+pub(crate) fn slots_of_bits(words: &[AtomicU64], len: usize) -> Vec<Slot> {
+    let mut out = Vec::with_capacity(len);
+    for (i, word) in words.iter().enumerate() {
+        // Acquire pairs with the writer's release, after which the slot's name is readable.
+        let mut bits = word.load(Ordering::Acquire);
+        while bits != 0 {
+            out.push(i as Slot * 64 + bits.trailing_zeros());
+            bits &= bits - 1;
+        }
+    }
+    out
 }
 
 /// A writer's hold on a [`WideSet`].

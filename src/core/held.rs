@@ -47,12 +47,16 @@ pub(crate) struct HeldBlocks<L: Layout> {
     /// Runs whose first block's parent is this seq, when that parent is not the previous block
     /// of their own run: branches, and runs left under a block that is not held any more.
     kids: Map<SeqHash, ChildList<RunId>>,
-    /// Reachable blocks beyond the first at each key (salted twins).
-    extra: Map<Key, u32>,
+    /// Reachable blocks beyond the first at each key and handle (salted twins).
+    extra: Map<(Key, L::Handle), u32>,
     /// Holes in `at`.
     holes: usize,
-    /// Keys being detached, kept between events so that a removal allocates nothing.
+    /// Keys being attached or detached, kept between events so that events allocate nothing.
     scratch: Vec<Key>,
+    /// The seqs of the event being validated, kept between events for the same reason.
+    seen: HashSet<SeqHash, RandomState>,
+    /// Runs of the event being stored that have blocks to attach once it is all in.
+    pending: Vec<RunId>,
 }
 
 impl<L: Layout> HeldBlocks<L> {
@@ -66,6 +70,8 @@ impl<L: Layout> HeldBlocks<L> {
             extra: Map::default(),
             holes: 0,
             scratch: Vec::new(),
+            seen: HashSet::default(),
+            pending: Vec::new(),
         }
     }
 
@@ -103,7 +109,8 @@ impl<L: Layout> HeldBlocks<L> {
             },
         };
         if blocks.len() > 1 || parent.is_some() {
-            let mut seen = HashSet::with_capacity_and_hasher(blocks.len(), RandomState::default());
+            let seen = &mut self.seen;
+            seen.clear();
             for block in blocks {
                 if Some(block.seq) == parent || !seen.insert(block.seq) {
                     return Err(EventError::InvalidSequence { seq: block.seq });
@@ -124,22 +131,33 @@ impl<L: Layout> HeldBlocks<L> {
         }
         let mut block_parent = parent;
         for block in blocks {
-            cursor = Some(self.put(layout, guard, canon, block, block_parent, cursor));
+            cursor = Some(self.put(canon, block, block_parent, cursor, layout, guard));
             block_parent = Some(block.seq);
         }
+        // Attached once per run, not per block: the layout pays per run. In event order, so
+        // parents before children; a run that an earlier one rooted is attached with it.
+        let mut pending = std::mem::take(&mut self.pending);
+        for id in pending.drain(..) {
+            let run = &self.runs[id as usize];
+            if run.rooted && (run.reach as usize) < run.end() {
+                self.attach(layout, guard, canon, id);
+            }
+        }
+        self.pending = pending;
         Ok(())
     }
 
     /// Stores one validated block whose parent is `parent`, held at `cursor`; returns where the
-    /// block is.
+    /// block is. A block that extends or starts a rooted run is attached at the end of the
+    /// event (`pending`); a filled hole at once.
     fn put(
         &mut self,
-        layout: &L,
-        guard: &L::Guard<'_>,
         canon: &Canon,
         block: &Block,
         parent: Option<SeqHash>,
         mut cursor: Option<Loc>,
+        layout: &L,
+        guard: &L::Guard<'_>,
     ) -> Loc {
         if let Some(&loc) = self.at.get(&block.seq) {
             if !loc.is_hole() {
@@ -169,9 +187,8 @@ impl<L: Layout> HeldBlocks<L> {
             // Runs that stayed held while this block was gone come back with it.
             self.runs[loc.run as usize].may_branch = true;
         }
-        let run = &self.runs[loc.run as usize];
-        if run.rooted && run.reach as usize == loc.off() {
-            self.attach(layout, guard, canon, loc.run);
+        if self.runs[loc.run as usize].rooted && self.pending.last() != Some(&loc.run) {
+            self.pending.push(loc.run);
         }
         loc
     }
@@ -184,7 +201,7 @@ impl<L: Layout> HeldBlocks<L> {
                 let under = &mut self.runs[c.run as usize];
                 under.may_branch = true;
                 if c.off() < under.reach as usize {
-                    let key = under.key_at(canon, c.off());
+                    let key = under.key_at(canon, L::KEYED, c.off());
                     (true, Some((key, under.handles[c.off()])))
                 } else {
                     (false, None)
@@ -295,31 +312,54 @@ impl<L: Layout> HeldBlocks<L> {
     }
 
     /// Attaches the rooted run `root` from its reach to its first hole, then the runs under the
-    /// blocks it attached, parents before children.
+    /// blocks it attached, parents before children: one layout call per run.
     fn attach(&mut self, layout: &L, guard: &L::Guard<'_>, canon: &Canon, root: RunId) {
         // Neither list allocates unless runs hang under the attached blocks.
         let mut stack = Vec::new();
         let mut rooted: Vec<(RunId, Key, L::Handle)> = Vec::new();
+        let mut keys = std::mem::take(&mut self.scratch);
         let mut next = Some(root);
         while let Some(id) = next.take().or_else(|| stack.pop()) {
             let run = &mut self.runs[id as usize];
             debug_assert!(run.rooted, "attach: the run's parent is reachable");
-            let mut tip = run.tip();
-            for i in run.reach as usize..run.end() {
-                let block = run.blocks[i];
-                let key = canon.child(tip.map(|(key, _)| key), block.local);
+            let (from, end) = (run.reach as usize, run.end());
+            if from < end {
+                let tip = run.tip();
+                keys.clear();
+                let mut last = tip.map(|(key, _)| key);
+                for block in &run.blocks[from..end] {
+                    let key = match L::KEYED {
+                        true => canon.child(last, block.local),
+                        false => Key {
+                            pos: last.map_or(0, |k| k.pos + 1),
+                            canon: 0,
+                        },
+                    };
+                    keys.push(key);
+                    last = Some(key);
+                }
                 // SAFETY: the tip's handle is kept only while its block is reachable, and a
                 // reachable block's entry holds this worker's slot (I1).
-                let (handle, new) =
-                    unsafe { layout.add(key, block.local, tip.map(|(_, h)| h), self.slot, guard) };
-                if !new {
-                    *self.extra.entry(key).or_insert(0) += 1;
+                let twins = unsafe {
+                    layout.add_run(
+                        tip.map(|(_, h)| h),
+                        &keys,
+                        &run.blocks[from..end],
+                        self.slot,
+                        guard,
+                        &mut run.handles,
+                    )
+                };
+                for (key, handle) in keys.iter().zip(&run.handles[from..]).take(twins) {
+                    *self.extra.entry((*key, *handle)).or_insert(0) += 1;
                 }
-                run.attached(i, key, handle);
-                tip = Some((key, handle));
+                run.attached(&keys);
                 if run.may_branch {
-                    if let Some(list) = self.kids.get(&block.seq) {
-                        rooted.extend(list.as_slice().iter().map(|&k| (k, key, handle)));
+                    for (i, block) in run.blocks[from..end].iter().enumerate() {
+                        if let Some(list) = self.kids.get(&block.seq) {
+                            let handle = run.handles[from + i];
+                            rooted.extend(list.as_slice().iter().map(|&k| (k, keys[i], handle)));
+                        }
                     }
                 }
             }
@@ -333,10 +373,11 @@ impl<L: Layout> HeldBlocks<L> {
                 }
             }
         }
+        self.scratch = keys;
     }
 
     /// Detaches the reachable blocks of run `root` from `from` on, and every run under them:
-    /// runs below before the runs above them, each from its end.
+    /// runs below before the runs above them, each from its end, one layout call per run.
     fn detach(
         &mut self,
         layout: &L,
@@ -369,33 +410,36 @@ impl<L: Layout> HeldBlocks<L> {
             .map(|k| (k, 0))
             .chain([(root, from)])
         {
-            self.runs[id as usize].keys_from(canon, from, &mut keys);
-            for (i, &key) in keys.iter().enumerate().rev() {
-                let handle = self.runs[id as usize].handles[from + i];
-                self.unref(layout, guard, key, handle);
-            }
             let run = &mut self.runs[id as usize];
-            run.truncate_reach(canon, from);
+            run.keys_from(canon, L::KEYED, from, &mut keys);
+            if !keys.is_empty() {
+                let handles = &run.handles[from..run.reach as usize];
+                // Blocks whose key another reachable block of this worker shares (a salted
+                // twin) stay in the layout. They are a prefix: a twin's parent is at the key
+                // before, so it is shared too.
+                let mut shared = 0;
+                while !self.extra.is_empty() && shared < keys.len() {
+                    let at = (keys[shared], handles[shared]);
+                    match self.extra.get_mut(&at) {
+                        Some(n) if *n > 1 => *n -= 1,
+                        Some(_) => {
+                            self.extra.remove(&at);
+                        }
+                        None => break,
+                    }
+                    shared += 1;
+                }
+                // SAFETY: `handles` are what `add_run` returned for these keys when the blocks
+                // became reachable, and the slot leaves those entries only here, once (I1).
+                unsafe { layout.remove_run(&keys[shared..], &handles[shared..], self.slot, guard) };
+            }
+            run.truncate_reach(canon, L::KEYED, from);
             if id != root {
                 run.rooted = false;
                 run.anchor = None;
             }
         }
         self.scratch = keys;
-    }
-
-    fn unref(&mut self, layout: &L, guard: &L::Guard<'_>, key: Key, handle: L::Handle) {
-        match self.extra.get_mut(&key) {
-            Some(n) if *n > 1 => *n -= 1,
-            Some(_) => {
-                self.extra.remove(&key);
-            }
-            None => {
-                // SAFETY: `handle` is what `add` returned for `key` when the block became
-                // reachable, and the slot leaves that entry only here, once (I1).
-                unsafe { layout.remove(key, handle, self.slot, guard) };
-            }
-        }
     }
 
     /// Applies a `Removed` event, in list order.
@@ -438,28 +482,15 @@ impl<L: Layout> HeldBlocks<L> {
 
     /// Removes every reachable block from the layout, deepest first, and forgets everything.
     pub(crate) fn clear(&mut self, layout: &L, guard: &L::Guard<'_>, canon: &Canon) {
-        let mut reachable = self
-            .runs
-            .iter()
-            .enumerate()
-            .filter(|(_, run)| run.reach > 0);
-        match (reachable.next(), reachable.next()) {
-            (None, _) => {}
-            // One run (a worker with one sequence): its own order, from the end, is deepest first.
-            (Some((id, _)), None) => self.detach(layout, guard, canon, id as RunId, 0),
-            _ => {
-                let mut entries: Vec<(Key, L::Handle)> = Vec::new();
-                let mut keys = std::mem::take(&mut self.scratch);
-                for run in &self.runs {
-                    run.keys_from(canon, 0, &mut keys);
-                    entries.extend(keys.iter().copied().zip(run.handles.iter().copied()));
-                }
-                entries.sort_unstable_by_key(|(key, _)| core::cmp::Reverse(key.pos));
-                for (key, handle) in entries {
-                    self.unref(layout, guard, key, handle);
-                }
+        // Every reachable run hangs, through `kids`, below a reachable run with no parent:
+        // detaching those detaches everything, each run from its end and below first.
+        for id in 0..self.runs.len() {
+            let run = &self.runs[id];
+            if run.reach > 0 && run.anchor.is_none() {
+                self.detach(layout, guard, canon, id as RunId, 0);
             }
         }
+        debug_assert!(self.runs.iter().all(|run| run.reach == 0));
         debug_assert!(self.extra.is_empty());
         *self = Self::new(self.slot);
     }

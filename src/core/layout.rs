@@ -13,6 +13,7 @@
 //! are `unsafe fn`s whose contract is the core's invariant I1.
 
 pub(crate) use super::canon::Key;
+pub(crate) use super::cover::Cover;
 pub(crate) use super::entry_set::{Slot, WorkerSet};
 pub(crate) use super::search::QueryCtx;
 
@@ -55,9 +56,9 @@ impl<T: seam::Storage> Layout for T {}
 /// name them); which of them the enabled layouts reach depends on the features.
 #[allow(unreachable_pub)]
 pub(crate) mod seam {
-    use super::{Key, QueryCtx, Slot, WorkerSet};
+    use super::{Cover, Key, QueryCtx, Slot, WorkerSet};
     use crate::scores::OverlapScores;
-    use crate::types::LocalHash;
+    use crate::types::{Block, LocalHash};
 
     /// Storage of entries -> workers, with lock-free reads.
     ///
@@ -69,14 +70,18 @@ pub(crate) mod seam {
         where
             Self: 'a;
 
-        /// What `add` returns and `remove` wants back: the entry itself for layouts that can
-        /// hand one out (a tree node), `()` for layouts that find entries by key. The core keeps
-        /// it with the block while the block is reachable, and passes a parent's handle when
-        /// adding a child; the layout trusts it.
-        type Handle: Copy + Send + Sync + 'static;
+        /// Where a block is: what `add` returns and `remove` wants back. `()` for layouts
+        /// that find entries by key; a tree node and an offset in its edge for the tree. The
+        /// core keeps it with the block while the block is reachable, passes a parent's when
+        /// adding children, and the layout trusts it.
+        type Handle: Copy + Eq + core::hash::Hash + Send + Sync + 'static;
 
         /// The core's search that fits this layout.
         type Search: Search<Self>;
+
+        /// Whether the layout finds entries by [`Key`]'s canonical hash. When it does not, the
+        /// core rolls no canonical hashes and passes keys whose `canon` is 0.
+        const KEYED: bool = true;
 
         /// Enters a read-side critical section.
         fn guard(&self) -> Self::Guard<'_>;
@@ -86,8 +91,8 @@ pub(crate) mod seam {
         /// and whether `slot` was new there.
         ///
         /// # Safety
-        /// `parent`, if any, is a handle this layout's `add` returned for an entry that holds
-        /// `slot` now (I1: a worker is in its reachable blocks' entries), so the entry is live.
+        /// `parent`, if any, is a handle this layout returned for an entry that holds `slot`
+        /// now (I1: a worker is in its reachable blocks' entries), so the entry is live.
         unsafe fn add(
             &self,
             key: Key,
@@ -101,8 +106,8 @@ pub(crate) mod seam {
         /// the entry when nothing needs it any more. Returns `false` when `slot` was not there.
         ///
         /// # Safety
-        /// `handle` is what this layout's `add` returned for `key` and `slot`, and `slot` has
-        /// not been removed from that entry since (I1), so the entry is live.
+        /// `handle` is what this layout returned for `key` and `slot`, and `slot` has not been
+        /// removed from that entry since (I1), so the entry is live.
         unsafe fn remove(
             &self,
             key: Key,
@@ -110,6 +115,58 @@ pub(crate) mod seam {
             slot: Slot,
             guard: &Self::Guard<'_>,
         ) -> bool;
+
+        /// Adds `slot` to a run: `blocks`, each the parent of the next, at `keys`, the first
+        /// under `parent`. Pushes each block's handle to `handles`, in order, and returns how
+        /// many blocks at the front already held `slot` (salted twins: a block already there
+        /// has its parent there, so they are always a prefix). One call per run lets a layout
+        /// pay per run, not per block (a tree's edge, a worker's cutoff).
+        ///
+        /// # Safety
+        /// As [`add`](Self::add), for `parent`.
+        unsafe fn add_run(
+            &self,
+            parent: Option<Self::Handle>,
+            keys: &[Key],
+            blocks: &[Block],
+            slot: Slot,
+            guard: &Self::Guard<'_>,
+            handles: &mut Vec<Self::Handle>,
+        ) -> usize {
+            let (mut parent, mut twins, mut fresh) = (parent, 0, false);
+            for (key, block) in keys.iter().zip(blocks) {
+                // SAFETY: the caller's contract for the first parent; each later parent is the
+                // entry just given `slot`.
+                let (handle, new) = unsafe { self.add(*key, block.local, parent, slot, guard) };
+                handles.push(handle);
+                if new {
+                    fresh = true;
+                } else {
+                    debug_assert!(!fresh, "blocks already held are a prefix of a run");
+                    twins += 1;
+                }
+                parent = Some(handle);
+            }
+            twins
+        }
+
+        /// Removes `slot` from the entries of a run's blocks `keys` / `handles` (in run order),
+        /// the last block first, so that what readers see stays prefix-closed.
+        ///
+        /// # Safety
+        /// As [`remove`](Self::remove), for every block; nothing holds `slot` below the last.
+        unsafe fn remove_run(
+            &self,
+            keys: &[Key],
+            handles: &[Self::Handle],
+            slot: Slot,
+            guard: &Self::Guard<'_>,
+        ) {
+            for (key, handle) in keys.iter().zip(handles).rev() {
+                // SAFETY: the caller's contract, block by block.
+                unsafe { self.remove(*key, *handle, slot, guard) };
+            }
+        }
 
         /// Number of entries (for memory accounting and leak tests).
         fn entries(&self) -> usize;
@@ -138,25 +195,31 @@ pub(crate) mod seam {
         fn get<'g>(&'g self, key: Key, guard: &'g Self::Guard<'_>) -> Option<&'g WorkerSet>;
     }
 
-    /// A layout that is a tree of entries keyed by local hash under their parent: the core
-    /// walks it from the root.
+    /// A layout that is a compressed tree: each node an edge of consecutive blocks, children
+    /// hanging at any offset of their parent's edge, and per node one cutoff per worker
+    /// ([`Cover`]). The core walks it from the root.
     pub trait Tree: Storage {
         /// A node of the tree.
         type Node;
 
-        /// The child of `parent` (`None`: the root) with local hash `local`.
+        /// The child of `parent` (`None`: the root) whose edge continues `parent`'s first `at`
+        /// blocks with `local`.
         fn child<'g>(
             &'g self,
             parent: Option<&'g Self::Node>,
+            at: u32,
             local: LocalHash,
             guard: &'g Self::Guard<'_>,
         ) -> Option<&'g Self::Node>;
 
-        /// The workers of `node`.
-        fn workers<'g>(
+        /// The local hashes of `node`'s edge (never empty, never changed).
+        fn edge<'g>(&'g self, node: &'g Self::Node) -> &'g [LocalHash];
+
+        /// Which workers hold how much of `node`'s edge.
+        fn cover<'g>(
             &'g self,
             node: &'g Self::Node,
             guard: &'g Self::Guard<'_>,
-        ) -> Option<&'g WorkerSet>;
+        ) -> Option<&'g Cover>;
     }
 }

@@ -7,6 +7,7 @@
 
 mod canon;
 mod child_list;
+mod cover;
 mod entry_set;
 mod held;
 pub(crate) mod layout;
@@ -20,6 +21,7 @@ pub use search::MAX_JUMP;
 #[allow(unused_imports)]
 pub(crate) use {
     canon::Key,
+    cover::Cover,
     entry_set::{Slot, WideSet, WideWriter, WorkerSet},
     layout::QueryCtx,
     layout::seam::{ByPosition, JumpSearch, Search, Storage, Tree, Walk},

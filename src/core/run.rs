@@ -155,17 +155,22 @@ impl<H: Copy> Run<H> {
         }
     }
 
-    /// Records the key of the block being attached at offset `off` (= `reach`).
-    pub(super) fn attached(&mut self, off: usize, key: Key, handle: H) {
-        debug_assert_eq!(off, self.reach as usize);
-        match off {
-            0 => self.first = key.canon,
-            _ if off % CHECKPOINT == 0 => self.canons.push(key.canon),
-            _ => {}
+    /// Records the keys of the blocks just attached from offset `reach` on (their handles are
+    /// already pushed).
+    pub(super) fn attached(&mut self, keys: &[Key]) {
+        let from = self.reach as usize;
+        for (i, key) in keys.iter().enumerate() {
+            match from + i {
+                0 => self.first = key.canon,
+                off if off % CHECKPOINT == 0 => self.canons.push(key.canon),
+                _ => {}
+            }
         }
-        self.handles.push(handle);
-        self.reach += 1;
-        self.tip = key.canon;
+        if let Some(last) = keys.last() {
+            self.tip = last.canon;
+        }
+        self.reach += keys.len() as u32;
+        debug_assert_eq!(self.handles.len(), self.reach as usize);
     }
 
     /// Canonical hash of block `k * CHECKPOINT` (reachable).
@@ -176,8 +181,9 @@ impl<H: Copy> Run<H> {
         }
     }
 
-    /// Keys of the reachable blocks `from..self.reach`, in order.
-    pub(super) fn keys_from(&self, canon: &Canon, from: usize, out: &mut Vec<Key>) {
+    /// Keys of the reachable blocks `from..self.reach`, in order; without canonical hashes
+    /// (`canon` 0) unless `keyed`.
+    pub(super) fn keys_from(&self, canon: &Canon, keyed: bool, from: usize, out: &mut Vec<Key>) {
         out.clear();
         let reach = self.reach as usize;
         if from >= reach {
@@ -188,6 +194,10 @@ impl<H: Copy> Run<H> {
             pos: pos0 + off as u32,
             canon,
         };
+        if !keyed {
+            out.extend((from..reach).map(|off| key(off, 0)));
+            return;
+        }
         let base = from / CHECKPOINT * CHECKPOINT;
         let mut c = self.checkpoint(from / CHECKPOINT);
         if base == from {
@@ -201,9 +211,15 @@ impl<H: Copy> Run<H> {
         }
     }
 
-    /// Key of the reachable block `off`.
-    pub(super) fn key_at(&self, canon: &Canon, off: usize) -> Key {
+    /// Key of the reachable block `off` (without its canonical hash unless `keyed`).
+    pub(super) fn key_at(&self, canon: &Canon, keyed: bool, off: usize) -> Key {
         debug_assert!(off < self.reach as usize);
+        if !keyed {
+            return Key {
+                pos: self.pos0() + off as u32,
+                canon: 0,
+            };
+        }
         let base = off / CHECKPOINT * CHECKPOINT;
         let mut c = self.checkpoint(off / CHECKPOINT);
         for block in &self.blocks[base + 1..=off] {
@@ -216,9 +232,9 @@ impl<H: Copy> Run<H> {
     }
 
     /// Forgets the reachable blocks from `from` on (their layout entries are the caller's).
-    pub(super) fn truncate_reach(&mut self, canon: &Canon, from: usize) {
+    pub(super) fn truncate_reach(&mut self, canon: &Canon, keyed: bool, from: usize) {
         if from > 0 && from < self.reach as usize {
-            self.tip = self.key_at(canon, from - 1).canon;
+            self.tip = self.key_at(canon, keyed, from - 1).canon;
         }
         self.reach = self.reach.min(from as u32);
         self.handles.truncate(from);

@@ -91,8 +91,12 @@ impl<L: Tree> Search<L> for Walk {
     }
 }
 
-/// Walks `query` down a tree layout, narrowing the active set at every node. Every reported depth
-/// is `i + 1` for a node `i` at which the worker was observed present.
+/// Walks `query` down a compressed tree, comparing it with each edge's blocks contiguously and
+/// narrowing the active set once per node: at a node whose edge the query follows for `m`
+/// blocks, a worker holding `c < m` of it stops at `c`, and the others go on to the child where
+/// the query leaves the edge. Every reported depth is `base + c` for a cutoff `c` read from a
+/// node the worker was in: at that instant it held the whole path to there (the core adds
+/// shallowest first and removes deepest first), so no phantom.
 fn walk<L: Tree>(layout: &L, names: &Names, query: &[LocalHash]) -> OverlapScores {
     let mut scores = OverlapScores::new();
     let Some(&first) = query.first() else {
@@ -101,38 +105,57 @@ fn walk<L: Tree>(layout: &L, names: &Names, query: &[LocalHash]) -> OverlapScore
     // Pinned before any slot is read: slots are reused only after every pinned query ends.
     let names = names.pin();
     let guard = layout.guard();
-    let Some(mut node) = layout.child(None, first, &guard) else {
+    let Some(mut node) = layout.child(None, 0, first, &guard) else {
         return scores;
     };
-    let Some(set) = layout.workers(node, &guard) else {
+    let Some(cover) = layout.cover(node, &guard) else {
         return scores;
     };
-    let mut active: Vec<Slot> = set.to_vec();
+    let mut active: Vec<Slot> = cover.slots();
     scores = OverlapScores::with_capacity(active.len());
-    let mut scratch = Vec::new();
-    let mut depth = 1u32;
-    for &local in &query[1..] {
-        let set = layout.child(Some(node), local, &guard).and_then(|child| {
-            node = child;
-            layout.workers(child, &guard)
-        });
-        let still = match set {
-            Some(set) => set.partition(&mut active, &mut scratch),
-            None => 0,
+    let mut base = 0u32;
+    loop {
+        let edge = layout.edge(node);
+        let rest = &query[base as usize..];
+        let m = common_prefix(edge, rest) as u32;
+        let still = match layout.cover(node, &guard) {
+            Some(cover) => cover.keep_at_least(&mut active, m, |slot, c| {
+                if base + c > 0 {
+                    scores.push(names.name(slot), base + c);
+                }
+            }),
+            None => {
+                if base > 0 {
+                    for &slot in &active {
+                        scores.push(names.name(slot), base);
+                    }
+                }
+                0
+            }
         };
-        for &slot in &active[still..] {
-            scores.push(names.name(slot), depth);
-        }
         active.truncate(still);
+        base += m;
         if active.is_empty() {
             return scores;
         }
-        depth += 1;
+        let Some(&next) = query.get(base as usize) else {
+            break;
+        };
+        match layout.child(Some(node), m, next, &guard) {
+            Some(child) => node = child,
+            None => break,
+        }
     }
     for slot in active {
-        scores.push(names.name(slot), depth);
+        scores.push(names.name(slot), base);
     }
     scores
+}
+
+/// How many blocks `edge` and `query` share from their starts.
+#[inline]
+fn common_prefix(edge: &[LocalHash], query: &[LocalHash]) -> usize {
+    edge.iter().zip(query).take_while(|(a, b)| a == b).count()
 }
 
 /// How deep each worker matches `query`, jumping `jump` positions at a time.
