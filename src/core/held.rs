@@ -57,6 +57,8 @@ pub(crate) struct HeldBlocks<L: Layout> {
     seen: HashSet<SeqHash, RandomState>,
     /// Runs of the event being stored that have blocks to attach once it is all in.
     pending: Vec<RunId>,
+    /// Where the blocks of the event being stored were when it was validated.
+    found: Vec<Option<Loc>>,
 }
 
 impl<L: Layout> HeldBlocks<L> {
@@ -72,6 +74,7 @@ impl<L: Layout> HeldBlocks<L> {
             scratch: Vec::new(),
             seen: HashSet::default(),
             pending: Vec::new(),
+            found: Vec::new(),
         }
     }
 
@@ -117,23 +120,45 @@ impl<L: Layout> HeldBlocks<L> {
                 }
             }
         }
+        // Where each block is now, kept for `put`. A replayed prefix follows the run of the
+        // block before it, so it is read off the run's blocks without a probe.
+        let mut found = std::mem::take(&mut self.found);
+        found.clear();
         let mut block_parent = parent;
+        let mut after = cursor;
         for block in blocks {
-            if let Some(loc) = self.held(block.seq) {
+            let loc = match after.and_then(|prev| self.next_in_run(prev, block.seq)) {
+                Some(loc) => Some(loc),
+                None => self.at.get(&block.seq).copied(),
+            };
+            after = loc.filter(|loc| !loc.is_hole());
+            if let Some(loc) = loc.filter(|loc| !loc.is_hole()) {
                 let run = &self.runs[loc.run as usize];
                 if run.blocks[loc.off()].local != block.local
                     || run.parent_of(loc.off()) != block_parent
                 {
+                    self.found = found;
                     return Err(EventError::Conflict { seq: block.seq });
                 }
             }
+            found.push(loc);
             block_parent = Some(block.seq);
         }
+        self.at.reserve(blocks.len());
         let mut block_parent = parent;
-        for block in blocks {
-            cursor = Some(self.put(canon, block, block_parent, cursor, layout, guard));
+        let mut moved = false;
+        for (block, &loc) in blocks.iter().zip(&found) {
+            // A cut moves the blocks after a hole: probe again after one.
+            let loc = match moved {
+                false => loc,
+                true => self.at.get(&block.seq).copied(),
+            };
+            let (at, cut) = self.put(canon, block, block_parent, loc, cursor, layout, guard);
+            cursor = Some(at);
+            moved |= cut;
             block_parent = Some(block.seq);
         }
+        self.found = found;
         // Attached once per run, not per block: the layout pays per run. In event order, so
         // parents before children; a run that an earlier one rooted is attached with it.
         let mut pending = std::mem::take(&mut self.pending);
@@ -147,27 +172,49 @@ impl<L: Layout> HeldBlocks<L> {
         Ok(())
     }
 
-    /// Stores one validated block whose parent is `parent`, held at `cursor`; returns where the
-    /// block is. A block that extends or starts a rooted run is attached at the end of the
-    /// event (`pending`); a filled hole at once.
+    /// Where `seq` is when it is the block after the held `prev` in `prev`'s run (`at` has it
+    /// there, as every block of a run).
+    fn next_in_run(&self, prev: Loc, seq: SeqHash) -> Option<Loc> {
+        let run = &self.runs[prev.run as usize];
+        let off = prev.off() + 1;
+        if run.blocks.get(off)?.seq != seq {
+            return None;
+        }
+        let loc = Loc::new(prev.run, off);
+        let loc = match run.holes.contains(&(off as u32)) {
+            true => loc.as_hole(),
+            false => loc,
+        };
+        debug_assert_eq!(self.at.get(&seq), Some(&loc), "every block of a run is in `at`");
+        Some(loc)
+    }
+
+    /// Stores one validated block whose parent is `parent`, held at `cursor`, and which is at
+    /// `found` now (`None`: not held, nor a hole). Returns where the block is, and whether a run
+    /// was cut (which moves blocks). A block that extends or starts a rooted run is attached
+    /// at the end of the event (`pending`); a filled hole at once.
+    #[allow(clippy::too_many_arguments)]
     fn put(
         &mut self,
         canon: &Canon,
         block: &Block,
         parent: Option<SeqHash>,
+        found: Option<Loc>,
         mut cursor: Option<Loc>,
         layout: &L,
         guard: &L::Guard<'_>,
-    ) -> Loc {
-        if let Some(&loc) = self.at.get(&block.seq) {
+    ) -> (Loc, bool) {
+        let mut cut = false;
+        if let Some(loc) = found {
             if !loc.is_hole() {
-                return loc; // Held already, validated as the same block: a replay.
+                return (loc, false); // Held already, validated as the same block: a replay.
             }
             let run = &self.runs[loc.run as usize];
             if run.blocks[loc.off()].local == block.local && run.parent_of(loc.off()) == parent {
                 self.fill_hole(layout, guard, canon, loc, block.seq);
-                return loc.as_held();
+                return (loc.as_held(), false);
             }
+            cut = true;
             // Back under another parent or local: the blocks after the hole are its
             // descendants, and follow it to where it is stored now.
             self.split_at_hole(loc, block.seq);
@@ -183,14 +230,14 @@ impl<L: Layout> HeldBlocks<L> {
         };
         self.runs[loc.run as usize].blocks.push(*block);
         self.at.insert(block.seq, loc);
-        if self.kids.contains_key(&block.seq) {
+        if !self.kids.is_empty() && self.kids.contains_key(&block.seq) {
             // Runs that stayed held while this block was gone come back with it.
             self.runs[loc.run as usize].may_branch = true;
         }
         if self.runs[loc.run as usize].rooted && self.pending.last() != Some(&loc.run) {
             self.pending.push(loc.run);
         }
-        loc
+        (loc, cut)
     }
 
     /// A new, empty run under `parent`, which is held at `cursor` (`None`: a root run).
@@ -451,27 +498,44 @@ impl<L: Layout> HeldBlocks<L> {
         seqs: &[SeqHash],
     ) -> Result<(), EventError> {
         let mut missing = Vec::new();
-        for &seq in seqs {
+        let mut next = 0;
+        while let Some(&seq) = seqs.get(next) {
+            next += 1;
             let Some(loc) = self.held(seq) else {
                 missing.push(seq);
                 continue;
             };
             let (id, off) = (loc.run, loc.off());
-            if off < self.runs[id as usize].reach as usize {
-                self.detach(layout, guard, canon, id, off);
-            }
-            // Its descendants stay held (the contract): the rest of its run after a hole, and
-            // the runs under it in `kids`, waiting for it.
-            let run = &mut self.runs[id as usize];
-            if off + 1 == run.len() {
-                run.blocks.pop();
-                self.at.remove(&seq);
-                self.drop_trailing_holes(id);
-            } else {
-                run.holes.insert(off as u32);
+            if off + 1 != self.runs[id as usize].len() {
+                // Its descendants stay held (the contract): the rest of its run after the hole,
+                // and the runs under it in `kids`, waiting for it.
+                if off < self.runs[id as usize].reach as usize {
+                    self.detach(layout, guard, canon, id, off);
+                }
+                self.runs[id as usize].holes.insert(off as u32);
                 self.at.insert(seq, loc.as_hole());
                 self.holes += 1;
+                continue;
             }
+            // The run's last block. An eviction lists a tail last block first: take the seqs
+            // that each remove the next last block of this run with it, and detach them in one
+            // call (the same end state as one at a time, and deepest first all the same).
+            let run = &self.runs[id as usize];
+            let mut from = off;
+            while from > 0
+                && seqs.get(next) == Some(&run.blocks[from - 1].seq)
+                && !run.holes.contains(&(from as u32 - 1))
+            {
+                from -= 1;
+                next += 1;
+            }
+            if from < self.runs[id as usize].reach as usize {
+                self.detach(layout, guard, canon, id, from);
+            }
+            for block in self.runs[id as usize].blocks.drain(from..) {
+                self.at.remove(&block.seq);
+            }
+            self.drop_trailing_holes(id);
         }
         if missing.is_empty() {
             Ok(())

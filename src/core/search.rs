@@ -152,10 +152,30 @@ fn walk<L: Tree>(layout: &L, names: &Names, query: &[LocalHash]) -> OverlapScore
     scores
 }
 
-/// How many blocks `edge` and `query` share from their starts.
+/// How many blocks `edge` and `query` share from their starts: whole chunks first, compared
+/// without an early exit so that the compiler compares a chunk's hashes side by side (SIMD),
+/// then block by block inside the chunk where they part.
 #[inline]
 fn common_prefix(edge: &[LocalHash], query: &[LocalHash]) -> usize {
-    edge.iter().zip(query).take_while(|(a, b)| a == b).count()
+    const CHUNK: usize = 8;
+    let n = edge.len().min(query.len());
+    let (edge, query) = (&edge[..n], &query[..n]);
+    let mut i = 0;
+    for (a, b) in edge.chunks_exact(CHUNK).zip(query.chunks_exact(CHUNK)) {
+        if !a
+            .iter()
+            .zip(b)
+            .fold(true, |same, (x, y)| same & (x.0 == y.0))
+        {
+            break;
+        }
+        i += CHUNK;
+    }
+    i + edge[i..]
+        .iter()
+        .zip(&query[i..])
+        .take_while(|(a, b)| a == b)
+        .count()
 }
 
 /// How deep each worker matches `query`, jumping `jump` positions at a time.
