@@ -185,7 +185,11 @@ impl<L: Layout> HeldBlocks<L> {
             true => loc.as_hole(),
             false => loc,
         };
-        debug_assert_eq!(self.at.get(&seq), Some(&loc), "every block of a run is in `at`");
+        debug_assert_eq!(
+            self.at.get(&seq),
+            Some(&loc),
+            "every block of a run is in `at`"
+        );
         Some(loc)
     }
 
@@ -373,18 +377,24 @@ impl<L: Layout> HeldBlocks<L> {
             if from < end {
                 let tip = run.tip();
                 keys.clear();
-                let mut last = tip.map(|(key, _)| key);
-                for block in &run.blocks[from..end] {
-                    let key = match L::KEYED {
-                        true => canon.child(last, block.local),
-                        false => Key {
-                            pos: last.map_or(0, |k| k.pos + 1),
-                            canon: 0,
-                        },
-                    };
-                    keys.push(key);
-                    last = Some(key);
+                // A layout that ignores keys gets none: the core then rolls no canonical hashes
+                // and writes nothing per block here.
+                let pos = tip.map_or(0, |(key, _)| key.pos + 1);
+                if L::KEYED {
+                    let mut last = tip.map(|(key, _)| key);
+                    for block in &run.blocks[from..end] {
+                        let key = canon.child(last, block.local);
+                        keys.push(key);
+                        last = Some(key);
+                    }
                 }
+                let key_of = |keys: &[Key], i: usize| match L::KEYED {
+                    true => keys[i],
+                    false => Key {
+                        pos: pos + i as u32,
+                        canon: 0,
+                    },
+                };
                 // SAFETY: the tip's handle is kept only while its block is reachable, and a
                 // reachable block's entry holds this worker's slot (I1).
                 let twins = unsafe {
@@ -397,15 +407,16 @@ impl<L: Layout> HeldBlocks<L> {
                         &mut run.handles,
                     )
                 };
-                for (key, handle) in keys.iter().zip(&run.handles[from..]).take(twins) {
-                    *self.extra.entry((*key, *handle)).or_insert(0) += 1;
+                for (i, handle) in run.handles[from..].iter().enumerate().take(twins) {
+                    *self.extra.entry((key_of(&keys, i), *handle)).or_insert(0) += 1;
                 }
-                run.attached(&keys);
+                run.attached(end - from, &keys);
                 if run.may_branch {
                     for (i, block) in run.blocks[from..end].iter().enumerate() {
                         if let Some(list) = self.kids.get(&block.seq) {
                             let handle = run.handles[from + i];
-                            rooted.extend(list.as_slice().iter().map(|&k| (k, keys[i], handle)));
+                            let key = key_of(&keys, i);
+                            rooted.extend(list.as_slice().iter().map(|&k| (k, key, handle)));
                         }
                     }
                 }
@@ -459,14 +470,23 @@ impl<L: Layout> HeldBlocks<L> {
         {
             let run = &mut self.runs[id as usize];
             run.keys_from(canon, L::KEYED, from, &mut keys);
-            if !keys.is_empty() {
-                let handles = &run.handles[from..run.reach as usize];
+            let reach = run.reach as usize;
+            if from < reach {
+                let handles = &run.handles[from..reach];
+                let pos = run.pos0() + from as u32;
                 // Blocks whose key another reachable block of this worker shares (a salted
                 // twin) stay in the layout. They are a prefix: a twin's parent is at the key
                 // before, so it is shared too.
                 let mut shared = 0;
-                while !self.extra.is_empty() && shared < keys.len() {
-                    let at = (keys[shared], handles[shared]);
+                while !self.extra.is_empty() && shared < handles.len() {
+                    let key = match L::KEYED {
+                        true => keys[shared],
+                        false => Key {
+                            pos: pos + shared as u32,
+                            canon: 0,
+                        },
+                    };
+                    let at = (key, handles[shared]);
                     match self.extra.get_mut(&at) {
                         Some(n) if *n > 1 => *n -= 1,
                         Some(_) => {
@@ -476,9 +496,10 @@ impl<L: Layout> HeldBlocks<L> {
                     }
                     shared += 1;
                 }
+                let keys = keys.get(shared..).unwrap_or_default();
                 // SAFETY: `handles` are what `add_run` returned for these keys when the blocks
                 // became reachable, and the slot leaves those entries only here, once (I1).
-                unsafe { layout.remove_run(&keys[shared..], &handles[shared..], self.slot, guard) };
+                unsafe { layout.remove_run(keys, &handles[shared..], self.slot, guard) };
             }
             run.truncate_reach(canon, L::KEYED, from);
             if id != root {

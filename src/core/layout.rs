@@ -79,8 +79,9 @@ pub(crate) mod seam {
         /// The core's search that fits this layout.
         type Search: Search<Self>;
 
-        /// Whether the layout finds entries by [`Key`]'s canonical hash. When it does not, the
-        /// core rolls no canonical hashes and passes keys whose `canon` is 0.
+        /// Whether the layout finds entries by [`Key`]. When it does not, the core rolls no
+        /// canonical hashes and passes no keys to [`add_run`](Self::add_run) and
+        /// [`remove_run`](Self::remove_run) (empty slices; the layout must override both).
         const KEYED: bool = true;
 
         /// Enters a read-side critical section.

@@ -155,9 +155,9 @@ impl<H: Copy> Run<H> {
         }
     }
 
-    /// Records the keys of the blocks just attached from offset `reach` on (their handles are
-    /// already pushed).
-    pub(super) fn attached(&mut self, keys: &[Key]) {
+    /// Records `n` blocks just attached from offset `reach` on (their handles are already
+    /// pushed), with their keys unless the layout is not keyed (`keys` empty).
+    pub(super) fn attached(&mut self, n: usize, keys: &[Key]) {
         let from = self.reach as usize;
         for (i, key) in keys.iter().enumerate() {
             match from + i {
@@ -169,7 +169,7 @@ impl<H: Copy> Run<H> {
         if let Some(last) = keys.last() {
             self.tip = last.canon;
         }
-        self.reach += keys.len() as u32;
+        self.reach += n as u32;
         debug_assert_eq!(self.handles.len(), self.reach as usize);
     }
 
@@ -181,8 +181,7 @@ impl<H: Copy> Run<H> {
         }
     }
 
-    /// Keys of the reachable blocks `from..self.reach`, in order; without canonical hashes
-    /// (`canon` 0) unless `keyed`.
+    /// Keys of the reachable blocks `from..self.reach`, in order; none unless `keyed`.
     pub(super) fn keys_from(&self, canon: &Canon, keyed: bool, from: usize, out: &mut Vec<Key>) {
         out.clear();
         let reach = self.reach as usize;
@@ -195,8 +194,7 @@ impl<H: Copy> Run<H> {
             canon,
         };
         if !keyed {
-            out.extend((from..reach).map(|off| key(off, 0)));
-            return;
+            return; // The caller makes keys without canonical hashes itself.
         }
         let base = from / CHECKPOINT * CHECKPOINT;
         let mut c = self.checkpoint(from / CHECKPOINT);
