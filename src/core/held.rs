@@ -111,14 +111,8 @@ impl<L: Layout> HeldBlocks<L> {
                 None => return Err(EventError::UnknownParent { parent: p }),
             },
         };
-        if blocks.len() > 1 || parent.is_some() {
-            let seen = &mut self.seen;
-            seen.clear();
-            for block in blocks {
-                if Some(block.seq) == parent || !seen.insert(block.seq) {
-                    return Err(EventError::InvalidSequence { seq: block.seq });
-                }
-            }
+        if let Some(seq) = self.repeated(parent, blocks) {
+            return Err(EventError::InvalidSequence { seq });
         }
         // Where each block is now, kept for `put`. A replayed prefix follows the run of the
         // block before it, so it is read off the run's blocks without a probe.
@@ -170,6 +164,29 @@ impl<L: Layout> HeldBlocks<L> {
         }
         self.pending = pending;
         Ok(())
+    }
+
+    /// The first block of an event whose seq is its parent's or an earlier block's.
+    fn repeated(&mut self, parent: Option<SeqHash>, blocks: &[Block]) -> Option<SeqHash> {
+        /// Up to this many blocks, comparing every pair is cheaper than hashing.
+        const PAIRWISE: usize = 16;
+        if blocks.len() <= PAIRWISE {
+            return blocks.iter().enumerate().find_map(|(i, block)| {
+                let earlier = &blocks[..i];
+                (Some(block.seq) == parent || earlier.iter().any(|b| b.seq == block.seq))
+                    .then_some(block.seq)
+            });
+        }
+        let seen = &mut self.seen;
+        // Cleared per event: a set left large by one long event would make every clear cost.
+        if seen.capacity() > (4 * blocks.len()).max(1024) {
+            *seen = HashSet::default();
+        }
+        seen.clear();
+        blocks
+            .iter()
+            .find(|block| Some(block.seq) == parent || !seen.insert(block.seq))
+            .map(|block| block.seq)
     }
 
     /// Where `seq` is when it is the block after the held `prev` in `prev`'s run (`at` has it

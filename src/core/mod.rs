@@ -133,22 +133,34 @@ impl<L: Layout> Indexer<L> {
     fn with_worker<T>(
         &self,
         worker: Worker,
-        f: impl FnOnce(&mut HeldBlocks<L>, &L::Guard<'_>) -> T,
+        mut f: impl FnMut(&mut HeldBlocks<L>, &L::Guard<'_>) -> T,
     ) -> T {
         loop {
             let cell = self.workers.cell_or_create(worker);
-            let mut state = lock(&cell.state);
-            let Some(st) = state.as_mut() else {
-                continue; // Retired between lookup and lock: look it up again.
-            };
-            let guard = self.layout.guard();
-            let out = f(st, &guard);
-            if st.is_empty() {
-                *state = None;
-                self.workers.retire(worker, &cell);
+            if let Some(out) = self.with_cell(worker, &cell, &mut f) {
+                return out;
             }
-            return out;
+            // Retired between lookup and lock: look it up again.
         }
+    }
+
+    /// Runs `f` on the state of `worker`'s `cell` under its lock; `None` when the cell was
+    /// retired. Retires the worker when it ends up holding nothing.
+    fn with_cell<T>(
+        &self,
+        worker: Worker,
+        cell: &Arc<WorkerCell<L>>,
+        f: impl FnOnce(&mut HeldBlocks<L>, &L::Guard<'_>) -> T,
+    ) -> Option<T> {
+        let mut state = lock(&cell.state);
+        let st = state.as_mut()?;
+        let guard = self.layout.guard();
+        let out = f(st, &guard);
+        if st.is_empty() {
+            *state = None;
+            self.workers.retire(worker, cell);
+        }
+        Some(out)
     }
 
     /// Clears and retires one worker's cell.
@@ -173,15 +185,21 @@ impl<L: Layout> KvIndex for Indexer<L> {
                     st.store(&self.layout, guard, &self.canon, *parent, blocks)
                 })
             }
-            EventKind::Removed { blocks } => match self.workers.cell(event.worker) {
-                None if !blocks.is_empty() => Err(EventError::UnknownBlocks {
-                    missing: blocks.clone(),
-                }),
-                None => Ok(()),
-                Some(_) => self.with_worker(event.worker, |st, guard| {
-                    st.remove(&self.layout, guard, &self.canon, blocks)
-                }),
-            },
+            EventKind::Removed { blocks } => {
+                // A worker with no cell (or one retired meanwhile) holds nothing.
+                let removed = self.workers.cell(event.worker).and_then(|cell| {
+                    self.with_cell(event.worker, &cell, |st, guard| {
+                        st.remove(&self.layout, guard, &self.canon, blocks)
+                    })
+                });
+                match removed {
+                    Some(out) => out,
+                    None if blocks.is_empty() => Ok(()),
+                    None => Err(EventError::UnknownBlocks {
+                        missing: blocks.clone(),
+                    }),
+                }
+            }
             EventKind::Cleared => {
                 if let Some(cell) = self.workers.cell(event.worker) {
                     self.drop_worker(event.worker, &cell);
