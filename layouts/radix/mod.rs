@@ -147,6 +147,7 @@ impl Storage for RadixTree {
                 all_held = held == to - from;
             }
         };
+        handles.reserve(blocks.len());
         let mut rest = blocks;
         while let Some(first) = rest.first() {
             let (at, to) = if node.edge().get(off as usize) == Some(&first.local) {

@@ -141,13 +141,14 @@ impl<L: Layout> HeldBlocks<L> {
         self.at.reserve(blocks.len());
         let mut block_parent = parent;
         let mut moved = false;
-        for (block, &loc) in blocks.iter().zip(&found) {
+        for (i, (block, &loc)) in blocks.iter().zip(&found).enumerate() {
             // A cut moves the blocks after a hole: probe again after one.
             let loc = match moved {
                 false => loc,
                 true => self.at.get(&block.seq).copied(),
             };
-            let (at, cut) = self.put(canon, block, block_parent, loc, cursor, layout, guard);
+            let rest = blocks.len() - i;
+            let (at, cut) = self.put(canon, block, block_parent, loc, rest, cursor, layout, guard);
             cursor = Some(at);
             moved |= cut;
             block_parent = Some(block.seq);
@@ -211,8 +212,8 @@ impl<L: Layout> HeldBlocks<L> {
     }
 
     /// Stores one validated block whose parent is `parent`, held at `cursor`, and which is at
-    /// `found` now (`None`: not held, nor a hole). Returns where the block is, and whether a run
-    /// was cut (which moves blocks). A block that extends or starts a rooted run is attached
+    /// `found` now (`None`: not held, nor a hole); `rest` blocks of the event are left, this one
+    /// included. Returns where the block is, and whether a run was cut (which moves blocks). A block that extends or starts a rooted run is attached
     /// at the end of the event (`pending`); a filled hole at once.
     #[allow(clippy::too_many_arguments)]
     fn put(
@@ -221,6 +222,7 @@ impl<L: Layout> HeldBlocks<L> {
         block: &Block,
         parent: Option<SeqHash>,
         found: Option<Loc>,
+        rest: usize,
         mut cursor: Option<Loc>,
         layout: &L,
         guard: &L::Guard<'_>,
@@ -249,7 +251,10 @@ impl<L: Layout> HeldBlocks<L> {
             }
             _ => Loc::new(self.new_run(canon, parent, cursor), 0),
         };
-        self.runs[loc.run as usize].blocks.push(*block);
+        // A run grows by the rest of its event at once, not by doubling from empty.
+        let run_blocks = &mut self.runs[loc.run as usize].blocks;
+        run_blocks.reserve(rest);
+        run_blocks.push(*block);
         self.at.insert(block.seq, loc);
         if !self.kids.is_empty() && self.kids.contains_key(&block.seq) {
             // Runs that stayed held while this block was gone come back with it.
