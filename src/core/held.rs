@@ -36,6 +36,17 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 
 type Map<K, V> = HashMap<K, V, RandomState>;
 
+// Per-event scratch of the writing thread, not of the worker: a thread applies the events of
+// many workers in turn, and a buffer of its own stays in its cache between them (one per worker
+// was a cache miss a block). Each is taken out for an event and put back, never borrowed across
+// a call that could take it again.
+std::thread_local! {
+    /// The seqs of the event being validated.
+    static SEEN: core::cell::Cell<HashSet<SeqHash, RandomState>> = core::cell::Cell::default();
+    /// Where the blocks of the event being stored were when it was validated.
+    static FOUND: core::cell::Cell<Vec<Option<Loc>>> = core::cell::Cell::default();
+}
+
 /// What one worker holds. Touched only under the worker's lock.
 pub(crate) struct HeldBlocks<L: Layout> {
     slot: Slot,
@@ -53,12 +64,8 @@ pub(crate) struct HeldBlocks<L: Layout> {
     holes: usize,
     /// Keys being attached or detached, kept between events so that events allocate nothing.
     scratch: Vec<Key>,
-    /// The seqs of the event being validated, kept between events for the same reason.
-    seen: HashSet<SeqHash, RandomState>,
     /// Runs of the event being stored that have blocks to attach once it is all in.
     pending: Vec<RunId>,
-    /// Where the blocks of the event being stored were when it was validated.
-    found: Vec<Option<Loc>>,
 }
 
 impl<L: Layout> HeldBlocks<L> {
@@ -72,9 +79,7 @@ impl<L: Layout> HeldBlocks<L> {
             extra: Map::default(),
             holes: 0,
             scratch: Vec::new(),
-            seen: HashSet::default(),
             pending: Vec::new(),
-            found: Vec::new(),
         }
     }
 
@@ -116,7 +121,7 @@ impl<L: Layout> HeldBlocks<L> {
         }
         // Where each block is now, kept for `put`. A replayed prefix follows the run of the
         // block before it, so it is read off the run's blocks without a probe.
-        let mut found = std::mem::take(&mut self.found);
+        let mut found = FOUND.take();
         found.clear();
         let mut block_parent = parent;
         let mut after = cursor;
@@ -131,7 +136,7 @@ impl<L: Layout> HeldBlocks<L> {
                 if run.blocks[loc.off()].local != block.local
                     || run.parent_of(loc.off()) != block_parent
                 {
-                    self.found = found;
+                    FOUND.set(found);
                     return Err(EventError::Conflict { seq: block.seq });
                 }
             }
@@ -153,7 +158,7 @@ impl<L: Layout> HeldBlocks<L> {
             moved |= cut;
             block_parent = Some(block.seq);
         }
-        self.found = found;
+        FOUND.set(found);
         // Attached once per run, not per block: the layout pays per run. In event order, so
         // parents before children; a run that an earlier one rooted is attached with it.
         let mut pending = std::mem::take(&mut self.pending);
@@ -178,16 +183,18 @@ impl<L: Layout> HeldBlocks<L> {
                     .then_some(block.seq)
             });
         }
-        let seen = &mut self.seen;
+        let mut seen = SEEN.take();
         // Cleared per event: a set left large by one long event would make every clear cost.
         if seen.capacity() > (4 * blocks.len()).max(1024) {
-            *seen = HashSet::default();
+            seen = HashSet::default();
         }
         seen.clear();
-        blocks
+        let repeated = blocks
             .iter()
             .find(|block| Some(block.seq) == parent || !seen.insert(block.seq))
-            .map(|block| block.seq)
+            .map(|block| block.seq);
+        SEEN.set(seen);
+        repeated
     }
 
     /// Where `seq` is when it is the block after the held `prev` in `prev`'s run (`at` has it
