@@ -1,6 +1,8 @@
 //! The set of workers stored in one layout entry, and the set operations the searches need.
+// The tree keeps covers (`cover.rs`), which share only the slot type, the width and the bit
+// walk with these sets.
 #![cfg_attr(
-    not(any(feature = "positional", feature = "array", feature = "radix")),
+    not(any(feature = "positional", feature = "array")),
     allow(dead_code, unreachable_pub)
 )]
 
