@@ -20,6 +20,13 @@ pub struct Key {
     pub canon: u64,
 }
 
+impl Key {
+    /// The key a layout that does not find entries by key gets: the position alone.
+    pub(crate) fn unkeyed(pos: u32) -> Self {
+        Self { pos, canon: 0 }
+    }
+}
+
 /// The keyed mix that rolls canonical hashes.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Canon {

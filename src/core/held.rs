@@ -47,6 +47,15 @@ std::thread_local! {
     static FOUND: core::cell::Cell<Vec<Option<Loc>>> = core::cell::Cell::default();
 }
 
+/// Key `i` of the blocks from position `pos` on: `keys[i]` for a layout that finds entries by
+/// key (the core rolled their canonical hashes into `keys`), the position alone otherwise.
+fn key_of<L: Layout>(keys: &[Key], pos: u32, i: usize) -> Key {
+    match L::KEYED {
+        true => keys[i],
+        false => Key::unkeyed(pos + i as u32),
+    }
+}
+
 /// What one worker holds. Touched only under the worker's lock.
 pub(crate) struct HeldBlocks<L: Layout> {
     slot: Slot,
@@ -116,7 +125,7 @@ impl<L: Layout> HeldBlocks<L> {
                 None => return Err(EventError::UnknownParent { parent: p }),
             },
         };
-        if let Some(seq) = self.repeated(parent, blocks) {
+        if let Some(seq) = Self::repeated(parent, blocks) {
             return Err(EventError::InvalidSequence { seq });
         }
         // Where each block is now, kept for `put`. A replayed prefix follows the run of the
@@ -131,7 +140,7 @@ impl<L: Layout> HeldBlocks<L> {
                 None => self.at.get(&block.seq).copied(),
             };
             after = loc.filter(|loc| !loc.is_hole());
-            if let Some(loc) = loc.filter(|loc| !loc.is_hole()) {
+            if let Some(loc) = after {
                 let run = &self.runs[loc.run as usize];
                 if run.blocks[loc.off()].local != block.local
                     || run.parent_of(loc.off()) != block_parent
@@ -173,7 +182,7 @@ impl<L: Layout> HeldBlocks<L> {
     }
 
     /// The first block of an event whose seq is its parent's or an earlier block's.
-    fn repeated(&mut self, parent: Option<SeqHash>, blocks: &[Block]) -> Option<SeqHash> {
+    fn repeated(parent: Option<SeqHash>, blocks: &[Block]) -> Option<SeqHash> {
         /// Up to this many blocks, comparing every pair is cheaper than hashing.
         const PAIRWISE: usize = 16;
         if blocks.len() <= PAIRWISE {
@@ -220,8 +229,9 @@ impl<L: Layout> HeldBlocks<L> {
 
     /// Stores one validated block whose parent is `parent`, held at `cursor`, and which is at
     /// `found` now (`None`: not held, nor a hole); `rest` blocks of the event are left, this one
-    /// included. Returns where the block is, and whether a run was cut (which moves blocks). A block that extends or starts a rooted run is attached
-    /// at the end of the event (`pending`); a filled hole at once.
+    /// included. Returns where the block is, and whether a run was cut (which moves blocks). A
+    /// block that extends or starts a rooted run is attached at the end of the event
+    /// (`pending`); a filled hole at once.
     #[allow(clippy::too_many_arguments)]
     fn put(
         &mut self,
@@ -263,7 +273,7 @@ impl<L: Layout> HeldBlocks<L> {
         run_blocks.reserve(rest);
         run_blocks.push(*block);
         self.at.insert(block.seq, loc);
-        if !self.kids.is_empty() && self.kids.contains_key(&block.seq) {
+        if self.kids.contains_key(&block.seq) {
             // Runs that stayed held while this block was gone come back with it.
             self.runs[loc.run as usize].may_branch = true;
         }
@@ -417,13 +427,6 @@ impl<L: Layout> HeldBlocks<L> {
                         last = Some(key);
                     }
                 }
-                let key_of = |keys: &[Key], i: usize| match L::KEYED {
-                    true => keys[i],
-                    false => Key {
-                        pos: pos + i as u32,
-                        canon: 0,
-                    },
-                };
                 // SAFETY: the tip's handle is kept only while its block is reachable, and a
                 // reachable block's entry holds this worker's slot (I1).
                 let twins = unsafe {
@@ -437,14 +440,17 @@ impl<L: Layout> HeldBlocks<L> {
                     )
                 };
                 for (i, handle) in run.handles[from..].iter().enumerate().take(twins) {
-                    *self.extra.entry((key_of(&keys, i), *handle)).or_insert(0) += 1;
+                    *self
+                        .extra
+                        .entry((key_of::<L>(&keys, pos, i), *handle))
+                        .or_insert(0) += 1;
                 }
                 run.attached(end - from, &keys);
                 if run.may_branch {
                     for (i, block) in run.blocks[from..end].iter().enumerate() {
                         if let Some(list) = self.kids.get(&block.seq) {
                             let handle = run.handles[from + i];
-                            let key = key_of(&keys, i);
+                            let key = key_of::<L>(&keys, pos, i);
                             rooted.extend(list.as_slice().iter().map(|&k| (k, key, handle)));
                         }
                     }
@@ -508,14 +514,7 @@ impl<L: Layout> HeldBlocks<L> {
                 // before, so it is shared too.
                 let mut shared = 0;
                 while !self.extra.is_empty() && shared < handles.len() {
-                    let key = match L::KEYED {
-                        true => keys[shared],
-                        false => Key {
-                            pos: pos + shared as u32,
-                            canon: 0,
-                        },
-                    };
-                    let at = (key, handles[shared]);
+                    let at = (key_of::<L>(&keys, pos, shared), handles[shared]);
                     match self.extra.get_mut(&at) {
                         Some(n) if *n > 1 => *n -= 1,
                         Some(_) => {

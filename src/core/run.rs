@@ -213,10 +213,7 @@ impl<H: Copy> Run<H> {
     pub(super) fn key_at(&self, canon: &Canon, keyed: bool, off: usize) -> Key {
         debug_assert!(off < self.reach as usize);
         if !keyed {
-            return Key {
-                pos: self.pos0() + off as u32,
-                canon: 0,
-            };
+            return Key::unkeyed(self.pos0() + off as u32);
         }
         let base = off / CHECKPOINT * CHECKPOINT;
         let mut c = self.checkpoint(off / CHECKPOINT);
