@@ -32,6 +32,7 @@ use super::run::{Loc, Run, RunId};
 use crate::error::EventError;
 use crate::types::{Block, Event, SeqHash, Worker};
 use foldhash::fast::RandomState;
+use std::collections::hash_map::Entry;
 use std::collections::{BTreeSet, HashMap, HashSet};
 
 type Map<K, V> = HashMap<K, V, RandomState>;
@@ -125,6 +126,10 @@ impl<L: Layout> HeldBlocks<L> {
                 None => return Err(EventError::UnknownParent { parent: p }),
             },
         };
+        if self.store_fresh(canon, cursor, parent, blocks) {
+            self.attach_pending(layout, guard, canon);
+            return Ok(());
+        }
         if let Some(seq) = Self::repeated(parent, blocks) {
             return Err(EventError::InvalidSequence { seq });
         }
@@ -168,8 +173,14 @@ impl<L: Layout> HeldBlocks<L> {
             block_parent = Some(block.seq);
         }
         FOUND.set(found);
-        // Attached once per run, not per block: the layout pays per run. In event order, so
-        // parents before children; a run that an earlier one rooted is attached with it.
+        self.attach_pending(layout, guard, canon);
+        Ok(())
+    }
+
+    /// Attaches the runs the event extended or started: once per run, not per block (the
+    /// layout pays per run). In event order, so parents before children; a run that an earlier
+    /// one rooted is attached with it.
+    fn attach_pending(&mut self, layout: &L, guard: &L::Guard<'_>, canon: &Canon) {
         let mut pending = std::mem::take(&mut self.pending);
         for id in pending.drain(..) {
             let run = &self.runs[id as usize];
@@ -178,7 +189,96 @@ impl<L: Layout> HeldBlocks<L> {
             }
         }
         self.pending = pending;
-        Ok(())
+    }
+
+    /// Stores the common shape of event at one probe per new block: a replayed prefix (held
+    /// blocks, each the next of its run) followed by blocks this worker has never seen. Returns
+    /// `false`, having changed nothing, on any other shape (a repeat, a conflict, a hole, a
+    /// block held elsewhere), which the exact path then takes with the contract's error order.
+    ///
+    /// Why no other check is needed when it returns `true`: the prefix's blocks are distinct
+    /// and differ from `parent` (they are consecutive offsets of one run, and `at` names one
+    /// place per seq), each new block was vacant in `at` when it went in, so it repeats neither
+    /// the parent, nor the prefix, nor a new block before it; and no block conflicts.
+    fn store_fresh(
+        &mut self,
+        canon: &Canon,
+        cursor: Option<Loc>,
+        parent: Option<SeqHash>,
+        blocks: &[Block],
+    ) -> bool {
+        // The replayed prefix: read off the run, one probe for a root event's first block.
+        let mut after = cursor;
+        let mut replayed = 0;
+        for block in blocks {
+            let loc = match after {
+                Some(prev) => self.next_in_run(prev, block.seq),
+                None => match self.at.get(&block.seq) {
+                    Some(&loc)
+                        if loc.off() == 0 && self.runs[loc.run as usize].parent.is_none() =>
+                    {
+                        Some(loc)
+                    }
+                    Some(_) => return false,
+                    None => None,
+                },
+            };
+            let Some(loc) = loc else { break };
+            if loc.is_hole() || self.runs[loc.run as usize].blocks[loc.off()].local != block.local {
+                return false;
+            }
+            after = Some(loc);
+            replayed += 1;
+        }
+        let fresh = &blocks[replayed..];
+        if fresh.is_empty() {
+            return true;
+        }
+        // Where the new blocks go: after the prefix when it ends its run (a decode step), else
+        // a new run, whose id `vacant_run` is about to hand out.
+        let extends = after.filter(|c| c.off() + 1 == self.runs[c.run as usize].len());
+        let (id, off0) = match extends {
+            Some(c) => (c.run, c.off() + 1),
+            None => (
+                self.free
+                    .last()
+                    .copied()
+                    .unwrap_or(self.runs.len() as RunId),
+                0,
+            ),
+        };
+        self.at.reserve(fresh.len());
+        for (i, block) in fresh.iter().enumerate() {
+            match self.at.entry(block.seq) {
+                Entry::Vacant(v) => {
+                    v.insert(Loc::new(id, off0 + i));
+                }
+                Entry::Occupied(_) => {
+                    for undo in &fresh[..i] {
+                        self.at.remove(&undo.seq);
+                    }
+                    return false;
+                }
+            }
+        }
+        let block_parent = match replayed {
+            0 => parent,
+            n => Some(blocks[n - 1].seq),
+        };
+        if extends.is_none() {
+            let new = self.new_run(canon, block_parent, after);
+            debug_assert_eq!(new, id, "the run id `at` was given");
+        }
+        let run = &mut self.runs[id as usize];
+        run.blocks.extend_from_slice(fresh);
+        if !self.kids.is_empty() && fresh.iter().any(|b| self.kids.contains_key(&b.seq)) {
+            // Runs that stayed held while one of these blocks was gone come back with it.
+            run.may_branch = true;
+        }
+        if run.rooted {
+            self.pending.push(id);
+        }
+        true
     }
 
     /// The first block of an event whose seq is its parent's or an earlier block's.

@@ -65,6 +65,21 @@ fn rejected_store_changes_nothing() {
 }
 
 #[test]
+fn rejected_store_leaves_none_of_its_new_blocks() {
+    let ix = index();
+    store(&ix, W, None, chain(0..2)).unwrap();
+    // A replayed prefix, two new blocks, then a repeat of the first new one.
+    let mut blocks = chain(0..4);
+    blocks.push(Block::new(l(2), s(2)));
+    assert_eq!(store(&ix, W, None, blocks), Err(EventError::InvalidSequence { seq: s(2) }));
+    assert_eq!(ix.block_count(W), 2);
+    // Seq 2 is not held: storing it under another parent and local is no conflict.
+    store(&ix, W, None, vec![Block::new(LocalHash(9), s(2))]).unwrap();
+    assert_eq!(ix.block_count(W), 3);
+    assert_eq!(depth(&ix, W, &query(0..4)), Some(2));
+}
+
+#[test]
 fn store_under_unknown_parent_is_rejected() {
     let ix = index();
     assert_eq!(store(&ix, W, Some(99), chain(0..2)), Err(EventError::UnknownParent { parent: s(99) }));
