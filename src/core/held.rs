@@ -6,6 +6,15 @@
 //! its descendants stayed), are listed under that block's seq in `kids`, so a block that comes
 //! back finds its descendants in one lookup.
 //!
+//! An eviction (blocks removed from the end of a run) only shortens the run: the evicted
+//! blocks' entries stay in the map, *stale*, because a random write per block is most of what
+//! an eviction would cost otherwise. An entry counts only while its run still has that seq at
+//! that offset (`is_current`); every lookup checks. A sweep drops them all (and gives back the
+//! room): when the map would otherwise grow and a quarter of it is stale, and when stale
+//! entries outnumber the current ones four to one. So the map never holds more than the peak
+//! of held blocks it had room for anyway, shrinks as the worker does, and a sweep costs O(1)
+//! per stale entry it drops, amortized.
+//!
 //! # The reachable-only invariant
 //!
 //! A worker's slot is in a layout entry exactly while the worker has a *reachable* block (see
@@ -57,11 +66,26 @@ fn key_of<L: Layout>(keys: &[Key], pos: u32, i: usize) -> Key {
     }
 }
 
+/// Stale entries are swept only once there are this many, so that a small worker does not sweep
+/// at every eviction.
+const SWEEP_MIN: usize = 64;
+
+/// Whether the entry `seq -> loc` of a worker's map names where `seq` is now: its run has that
+/// seq at that offset. (Holes are kept exact, so the hole mark then is right too.)
+fn is_current<H>(runs: &[Run<H>], seq: SeqHash, loc: Loc) -> bool {
+    runs.get(loc.run as usize)
+        .and_then(|run| run.blocks.get(loc.off()))
+        .is_some_and(|block| block.seq == seq)
+}
+
 /// What one worker holds. Touched only under the worker's lock.
 pub(crate) struct HeldBlocks<L: Layout> {
     slot: Slot,
-    /// Every held seq, and every hole's, to its run and offset.
+    /// Every held seq, and every hole's, to its run and offset; and `stale` entries of evicted
+    /// blocks (see the module docs).
     at: Map<SeqHash, Loc>,
+    /// Entries of `at` that are not current.
+    stale: usize,
     /// Indexed by [`RunId`]; vacant slots are listed in `free`.
     runs: Vec<Run<L::Handle>>,
     free: Vec<RunId>,
@@ -83,6 +107,7 @@ impl<L: Layout> HeldBlocks<L> {
         Self {
             slot,
             at: Map::default(),
+            stale: 0,
             runs: Vec::new(),
             free: Vec::new(),
             kids: Map::default(),
@@ -94,17 +119,23 @@ impl<L: Layout> HeldBlocks<L> {
     }
 
     pub(crate) fn block_count(&self) -> usize {
-        self.at.len() - self.holes
+        self.at.len() - self.holes - self.stale
     }
 
-    /// Holds nothing. (A hole is never last in its run, so then `at` is empty too.)
+    /// Holds nothing. (A hole is never last in its run, so then `at` has only stale entries.)
     pub(crate) fn is_empty(&self) -> bool {
         self.block_count() == 0
     }
 
+    /// Where the held block or hole `seq` is.
+    fn place(&self, seq: SeqHash) -> Option<Loc> {
+        let loc = *self.at.get(&seq)?;
+        is_current(&self.runs, seq, loc).then_some(loc)
+    }
+
     /// Where the held block `seq` is.
     fn held(&self, seq: SeqHash) -> Option<Loc> {
-        self.at.get(&seq).copied().filter(|loc| !loc.is_hole())
+        self.place(seq).filter(|loc| !loc.is_hole())
     }
 
     /// Applies a `Stored` event: checks in the contract's order, then all or nothing.
@@ -142,7 +173,7 @@ impl<L: Layout> HeldBlocks<L> {
         for block in blocks {
             let loc = match after.and_then(|prev| self.next_in_run(prev, block.seq)) {
                 Some(loc) => Some(loc),
-                None => self.at.get(&block.seq).copied(),
+                None => self.place(block.seq),
             };
             after = loc.filter(|loc| !loc.is_hole());
             if let Some(loc) = after {
@@ -157,14 +188,14 @@ impl<L: Layout> HeldBlocks<L> {
             found.push(loc);
             block_parent = Some(block.seq);
         }
-        self.at.reserve(blocks.len());
+        self.reserve(blocks.len());
         let mut block_parent = parent;
         let mut moved = false;
         for (i, (block, &loc)) in blocks.iter().zip(&found).enumerate() {
             // A cut moves the blocks after a hole: probe again after one.
             let loc = match moved {
                 false => loc,
-                true => self.at.get(&block.seq).copied(),
+                true => self.place(block.seq),
             };
             let rest = blocks.len() - i;
             let (at, cut) = self.put(canon, block, block_parent, loc, rest, cursor, layout, guard);
@@ -213,10 +244,8 @@ impl<L: Layout> HeldBlocks<L> {
         for block in blocks {
             let loc = match after {
                 Some(prev) => self.next_in_run(prev, block.seq),
-                None => match self.at.get(&block.seq) {
-                    Some(&loc)
-                        if loc.off() == 0 && self.runs[loc.run as usize].parent.is_none() =>
-                    {
+                None => match self.place(block.seq) {
+                    Some(loc) if loc.off() == 0 && self.runs[loc.run as usize].parent.is_none() => {
                         Some(loc)
                     }
                     Some(_) => return false,
@@ -247,18 +276,33 @@ impl<L: Layout> HeldBlocks<L> {
                 0,
             ),
         };
-        self.at.reserve(fresh.len());
+        self.reserve(fresh.len());
         for (i, block) in fresh.iter().enumerate() {
-            match self.at.entry(block.seq) {
+            let loc = Loc::new(id, off0 + i);
+            let taken = match self.at.entry(block.seq) {
                 Entry::Vacant(v) => {
-                    v.insert(Loc::new(id, off0 + i));
+                    v.insert(loc);
+                    false
                 }
-                Entry::Occupied(_) => {
-                    for undo in &fresh[..i] {
-                        self.at.remove(&undo.seq);
+                Entry::Occupied(mut o) => {
+                    let old = *o.get();
+                    // A stale entry is as good as none, unless this event wrote it: then the
+                    // seq repeats an earlier new block (whose place is in `id` before `loc`).
+                    let written_now = old.run == id && (off0..off0 + i).contains(&old.off());
+                    let taken = written_now || is_current(&self.runs, block.seq, old);
+                    if !taken {
+                        *o.get_mut() = loc;
+                        self.stale -= 1;
                     }
-                    return false;
+                    taken
                 }
+            };
+            if taken {
+                // Entries this event overwrote were stale: removing them is no loss.
+                for undo in &fresh[..i] {
+                    self.at.remove(&undo.seq);
+                }
+                return false;
             }
         }
         let block_parent = match replayed {
@@ -372,7 +416,9 @@ impl<L: Layout> HeldBlocks<L> {
         let run_blocks = &mut self.runs[loc.run as usize].blocks;
         run_blocks.reserve(rest);
         run_blocks.push(*block);
-        self.at.insert(block.seq, loc);
+        if self.at.insert(block.seq, loc).is_some() {
+            self.stale -= 1; // Not held, nor a hole: the entry was stale.
+        }
         if self.kids.contains_key(&block.seq) {
             // Runs that stayed held while this block was gone come back with it.
             self.runs[loc.run as usize].may_branch = true;
@@ -681,16 +727,59 @@ impl<L: Layout> HeldBlocks<L> {
             if from < self.runs[id as usize].reach as usize {
                 self.detach(layout, guard, canon, id, from);
             }
-            for block in self.runs[id as usize].blocks.drain(from..) {
-                self.at.remove(&block.seq);
-            }
+            // The evicted blocks' entries stay, stale (see the module docs).
+            let run = &mut self.runs[id as usize];
+            self.stale += run.len() - from;
+            run.blocks.truncate(from);
             self.drop_trailing_holes(id);
+        }
+        if self.stale > 4 * (self.at.len() - self.stale) && self.sweep_pays() {
+            self.sweep();
         }
         if missing.is_empty() {
             Ok(())
         } else {
             Err(EventError::UnknownBlocks { missing })
         }
+    }
+
+    /// Makes room in `at` for `n` more entries: by a sweep rather than by growing the map when a
+    /// quarter of it is stale.
+    fn reserve(&mut self, n: usize) {
+        if self.at.len() + n > self.at.capacity()
+            && 4 * self.stale >= self.at.len()
+            && self.sweep_pays()
+        {
+            self.sweep();
+        }
+        self.at.reserve(n);
+    }
+
+    /// Whether a sweep, which costs O(current entries + runs), drops enough to pay for itself:
+    /// the callers bound the current entries by the stale ones, this bounds the run table
+    /// (vacant runs included) and skips sweeps too small to matter.
+    fn sweep_pays(&self) -> bool {
+        self.stale >= SWEEP_MIN && self.runs.len() <= 4 * self.stale
+    }
+
+    /// Drops the stale entries of `at`, and gives back the room they took: builds the map anew
+    /// from the runs, which name every current entry, read in order (cheaper than visiting the
+    /// stale entries too, at random).
+    fn sweep(&mut self) {
+        let mut at = Map::with_capacity_and_hasher(self.at.len() - self.stale, Default::default());
+        for (id, run) in self.runs.iter().enumerate() {
+            let id = id as RunId;
+            at.extend(
+                (run.blocks.iter().enumerate()).map(|(off, block)| (block.seq, Loc::new(id, off))),
+            );
+            for &off in &run.holes {
+                let off = off as usize;
+                at.insert(run.blocks[off].seq, Loc::new(id, off).as_hole());
+            }
+        }
+        debug_assert_eq!(at.len(), self.at.len() - self.stale);
+        self.at = at;
+        self.stale = 0;
     }
 
     /// Removes every reachable block from the layout, deepest first, and forgets everything.
