@@ -286,8 +286,9 @@ impl<L: Layout> HeldBlocks<L> {
                 }
                 Entry::Occupied(mut o) => {
                     let old = *o.get();
-                    // A stale entry is as good as none, unless this event wrote it: then the
-                    // seq repeats an earlier new block (whose place is in `id` before `loc`).
+                    // A stale entry is as good as none, unless it names a place this event
+                    // just gave (in `id` before `loc`): then the seq may repeat an earlier new
+                    // block, and the exact path decides.
                     let written_now = old.run == id && (off0..off0 + i).contains(&old.off());
                     let taken = written_now || is_current(&self.runs, block.seq, old);
                     if !taken {
