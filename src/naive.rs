@@ -19,7 +19,9 @@ struct Held {
 // foldhash rather than SipHash: no input here is adversarial, and the differential suite and
 // the fuzz target spend much of their time in these maps.
 type HeldSet = HashMap<SeqHash, Held, RandomState>;
-type Children = HashMap<Option<SeqHash>, Vec<SeqHash>, RandomState>;
+/// Every held block as `(parent, local, seq)`, sorted: the children of one parent with one local
+/// hash are one contiguous run.
+type Children = Vec<(Option<SeqHash>, LocalHash, SeqHash)>;
 
 /// One worker's held set, and its child lists while they are valid.
 #[derive(Debug, Default)]
@@ -40,7 +42,7 @@ impl Holding {
 
     fn depth(&mut self, query: &[LocalHash]) -> u32 {
         let children = self.children.get_or_insert_with(|| children_of(&self.held));
-        depth(&self.held, children, query)
+        depth(children, query)
     }
 }
 
@@ -119,33 +121,38 @@ fn store(held: &mut HeldSet, parent: Option<SeqHash>, blocks: &[Block]) -> Resul
     Ok(())
 }
 
-/// Children of each parent (`None` = chain starts) among a worker's held blocks.
+/// Children of each parent (`None` = chain starts) among a worker's held blocks, by local hash.
 fn children_of(held: &HeldSet) -> Children {
-    let mut children = Children::default();
-    for (seq, h) in held {
-        children.entry(h.parent).or_default().push(*seq);
-    }
+    let mut children: Children = held
+        .iter()
+        .map(|(seq, h)| (h.parent, h.local, *seq))
+        .collect();
+    children.sort_unstable();
     children
 }
 
 /// The largest `d` such that the worker holds a chain `c_0 .. c_{d-1}` from a root block whose
 /// locals are `query[..d]` (see [the contract](crate::docs::contract)). Every matching chain is
 /// followed at once, so two blocks with the same local under one parent both count.
-fn depth(held: &HeldSet, children: &Children, query: &[LocalHash]) -> u32 {
+fn depth(children: &Children, query: &[LocalHash]) -> u32 {
+    // Two buffers, swapped at each position: the reference runs under AddressSanitizer in the
+    // fuzz target, where an allocation per position was its largest cost.
     let mut frontier: Vec<Option<SeqHash>> = vec![None];
+    let mut next: Vec<Option<SeqHash>> = Vec::new();
     let mut depth = 0;
-    for local in query {
-        let next: Vec<Option<SeqHash>> = frontier
-            .iter()
-            .filter_map(|parent| children.get(parent))
-            .flatten()
-            .filter(|seq| held[*seq].local == *local)
-            .map(|seq| Some(*seq))
-            .collect();
+    for &local in query {
+        next.clear();
+        for &parent in &frontier {
+            let first = children.partition_point(|&(p, l, _)| (p, l) < (parent, local));
+            let matching = children[first..]
+                .iter()
+                .take_while(|&&(p, l, _)| (p, l) == (parent, local));
+            next.extend(matching.map(|&(_, _, seq)| Some(seq)));
+        }
         if next.is_empty() {
             break;
         }
-        frontier = next;
+        core::mem::swap(&mut frontier, &mut next);
         depth += 1;
     }
     depth
@@ -158,7 +165,12 @@ fn reachable_in_order(held: &HeldSet) -> Vec<(SeqHash, Held)> {
     let mut out = Vec::new();
     let mut stack: Vec<Option<SeqHash>> = vec![None];
     while let Some(parent) = stack.pop() {
-        let mut kids = children.get(&parent).cloned().unwrap_or_default();
+        let first = children.partition_point(|&(p, _, _)| p < parent);
+        let mut kids: Vec<SeqHash> = children[first..]
+            .iter()
+            .take_while(|&&(p, _, _)| p == parent)
+            .map(|&(_, _, seq)| seq)
+            .collect();
         kids.sort_unstable();
         for seq in kids {
             out.push((seq, held[&seq]));
