@@ -65,7 +65,17 @@ unsafe impl GlobalAlloc for CountingAlloc {
 /// and worker slots, seize inside papaya) as far as this thread can push them, so that a memory
 /// reading is not inflated by garbage that is merely waiting for an epoch to pass.
 pub fn collect_garbage() {
-    for _ in 0..64 {
-        crossbeam_epoch::pin().flush();
+    flush_epochs(64);
+}
+
+/// Flushes crossbeam-epoch `rounds` times, each round with a no-op deferred so that it always
+/// seals a bag: crossbeam frees a popped queue node through the next bag, so flushing an empty
+/// bag leaves the queue one node longer or shorter at random, and the heap's size after the
+/// call with it. Each round advances the epoch once and frees up to 8 expired bags.
+pub(crate) fn flush_epochs(rounds: usize) {
+    for _ in 0..rounds {
+        let guard = crossbeam_epoch::pin();
+        guard.defer(|| ());
+        guard.flush();
     }
 }
