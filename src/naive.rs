@@ -72,6 +72,13 @@ impl NaiveIndexer {
         Self::default()
     }
 
+    /// Blocks held (reachable or not) over all workers, and workers with a held set.
+    #[cfg(feature = "testing")]
+    pub(crate) fn totals(&self) -> (usize, usize) {
+        let workers = self.lock();
+        (workers.values().map(|h| h.held.len()).sum(), workers.len())
+    }
+
     fn lock(&self) -> MutexGuard<'_, BTreeMap<Worker, Holding>> {
         // Every mutation below is validated first, so a poisoned lock is still consistent.
         lock(&self.workers)

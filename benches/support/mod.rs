@@ -1,7 +1,6 @@
 //! Shared by the benches: a counting allocator and the indexes to compare.
 #![allow(dead_code)] // Each bench uses part of it.
 
-use flash_indexer::NaiveIndexer;
 use flash_indexer::testing::{self, IndexFactory};
 
 pub(crate) use flash_indexer::testing::CountingAlloc;
@@ -18,11 +17,7 @@ pub(crate) fn indexes(with_naive: bool) -> Vec<IndexFactory> {
         .filter(|f| f.primary)
         .collect();
     if with_naive {
-        out.push(IndexFactory {
-            name: "naive",
-            make: || Box::new(NaiveIndexer::new()),
-            primary: true,
-        });
+        out.push(testing::naive_factory());
     }
     out
 }

@@ -6,7 +6,6 @@
 //! `replay` replays one.
 
 use clap::{Args, Parser, Subcommand};
-use flash_indexer::NaiveIndexer;
 use flash_indexer::testing::CountingAlloc;
 use flash_indexer::testing::{self, IndexFactory};
 use flashbench::engine::{self, EngineConfig};
@@ -240,11 +239,7 @@ fn indexes(args: &ReplayArgs) -> Result<Vec<IndexFactory>, String> {
         }
     }
     if !args.no_naive {
-        out.push(IndexFactory {
-            name: "naive",
-            make: || Box::new(NaiveIndexer::new()),
-            primary: true,
-        });
+        out.push(testing::naive_factory());
     }
     Ok(out)
 }

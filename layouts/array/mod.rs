@@ -22,7 +22,7 @@ use super::entries::{self, EntryMap, entry_map};
 use super::positional::PositionalMap;
 use crate::index_core::{ByPosition, Indexer, JumpSearch, Key, Slot, Storage, WorkerSet};
 use crate::types::LocalHash;
-use papaya::LocalGuard;
+use papaya::{Guard as _, LocalGuard};
 use std::sync::{Arc, OnceLock}; // sync-shim: papaya takes a std Arc; loom has no OnceLock
 
 /// The depth of [`ArrayIndexer`]: 1024 positions cover 64k tokens at block size 64 (16k at
@@ -118,6 +118,11 @@ impl<const DEPTH: usize> Storage for PositionArray<DEPTH> {
             .map(|m| m.len())
             .sum::<usize>()
             + self.overflow.entries()
+    }
+
+    fn flush_retired(&self) {
+        // One collector serves the positions and the overflow.
+        self.guard().flush();
     }
 }
 

@@ -8,7 +8,7 @@
 use super::entries::{self, EntryMap, entry_map};
 use crate::index_core::{ByPosition, Indexer, JumpSearch, Key, Slot, Storage, WorkerSet};
 use crate::types::LocalHash;
-use papaya::LocalGuard;
+use papaya::{Guard as _, LocalGuard};
 use std::sync::Arc; // sync-shim: papaya takes its collector as a std Arc
 
 /// The positional map layout: one concurrent map keyed by (position, canonical hash), read
@@ -71,6 +71,10 @@ impl Storage for PositionalMap {
 
     fn entries(&self) -> usize {
         self.map.len()
+    }
+
+    fn flush_retired(&self) {
+        self.guard().flush();
     }
 }
 

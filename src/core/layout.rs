@@ -171,6 +171,12 @@ pub(crate) mod seam {
 
         /// Number of entries (for memory accounting and leak tests).
         fn entries(&self) -> usize;
+
+        /// Lets go of what this thread retired and still batches, so that it is freed once no
+        /// reader can see it, instead of when the batch fills up. For layouts whose reclamation
+        /// is per instance (papaya's collectors); crossbeam's epoch is global and flushed by
+        /// whoever runs `crossbeam_epoch::pin().flush()`.
+        fn flush_retired(&self) {}
     }
 
     /// A search of the core over layouts of type `L`.

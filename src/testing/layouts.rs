@@ -1,6 +1,59 @@
 //! The layouts this build has, by name: for suites and tools that run them all.
 
 use crate::index::KvIndex;
+use crate::index_core::{Indexer, Layout};
+
+/// What an index still holds: layout entries and live workers. Both are 0 once every worker has
+/// been removed, whatever the index held before.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Residue {
+    /// Entries of the layout (map entries, or tree nodes).
+    pub entries: usize,
+    /// Workers the worker table still holds.
+    pub workers: usize,
+}
+
+/// An index that can say what it still holds, so that a harness can empty it and reuse it
+/// instead of building a new one per case (the fuzz target does: building the map layouts
+/// costs more than a short input).
+pub trait Inspect: KvIndex {
+    /// What the index holds now.
+    fn residue(&self) -> Residue;
+    /// Frees what the index retired on this thread once no reader can see it, rather than when
+    /// its batch fills up (see [`collect_garbage`](super::collect_garbage) for crossbeam's side).
+    fn flush_retired(&self) {}
+    /// The index itself, as the trait the harness drives.
+    fn as_index(&self) -> &dyn KvIndex;
+}
+
+impl<L: Layout> Inspect for Indexer<L> {
+    fn residue(&self) -> Residue {
+        Residue {
+            entries: self.entries(),
+            workers: self.worker_count(),
+        }
+    }
+
+    fn flush_retired(&self) {
+        self.flush_layout_retired();
+    }
+
+    fn as_index(&self) -> &dyn KvIndex {
+        self
+    }
+}
+
+impl Inspect for crate::NaiveIndexer {
+    /// Held blocks count as entries.
+    fn residue(&self) -> Residue {
+        let (entries, workers) = self.totals();
+        Residue { entries, workers }
+    }
+
+    fn as_index(&self) -> &dyn KvIndex {
+        self
+    }
+}
 
 /// A named way to build an empty index.
 #[derive(Clone, Copy)]
@@ -9,6 +62,8 @@ pub struct IndexFactory {
     pub name: &'static str,
     /// Builds an empty index.
     pub make: fn() -> Box<dyn KvIndex>,
+    /// Builds the same empty index, able to say what it still holds.
+    pub inspectable: fn() -> Box<dyn Inspect>,
     /// `false` for variants that exist to stress the search (other jump sizes), not to compare.
     pub primary: bool,
 }
@@ -19,6 +74,17 @@ impl core::fmt::Debug for IndexFactory {
     }
 }
 
+/// The reference, [`NaiveIndexer`](crate::NaiveIndexer), as a factory: for tools that measure
+/// it beside the layouts.
+pub fn naive_factory() -> IndexFactory {
+    IndexFactory {
+        name: "naive",
+        make: || Box::new(crate::NaiveIndexer::new()),
+        inspectable: || Box::new(crate::NaiveIndexer::new()),
+        primary: true,
+    }
+}
+
 /// Every layout this build has, at its defaults (`primary`), plus search variants with other
 /// jump sizes. The reference, [`NaiveIndexer`](crate::NaiveIndexer), is not included.
 pub fn enabled_layouts() -> Vec<IndexFactory> {
@@ -26,15 +92,17 @@ pub fn enabled_layouts() -> Vec<IndexFactory> {
     let mut out: Vec<IndexFactory> = Vec::new();
     #[cfg(feature = "positional")]
     {
-        use crate::{Indexer, PositionalIndexer};
+        use crate::PositionalIndexer;
         out.push(IndexFactory {
             name: "positional",
             make: || Box::new(PositionalIndexer::default()),
+            inspectable: || Box::new(PositionalIndexer::default()),
             primary: true,
         });
         out.push(IndexFactory {
             name: "positional/jump=3",
             make: || Box::new(Indexer::<crate::layouts::PositionalMap>::with_jump(3)),
+            inspectable: || Box::new(Indexer::<crate::layouts::PositionalMap>::with_jump(3)),
             primary: false,
         });
     }
@@ -44,12 +112,14 @@ pub fn enabled_layouts() -> Vec<IndexFactory> {
         out.push(IndexFactory {
             name: "array",
             make: || Box::new(ArrayIndexer::default()),
+            inspectable: || Box::new(ArrayIndexer::default()),
             primary: true,
         });
         // A shallow array so that generated chains cross into the overflow map.
         out.push(IndexFactory {
             name: "array/depth=16",
             make: || Box::new(crate::layouts::ArrayIndexerOf::<16>::default()),
+            inspectable: || Box::new(crate::layouts::ArrayIndexerOf::<16>::default()),
             primary: false,
         });
     }
@@ -57,6 +127,7 @@ pub fn enabled_layouts() -> Vec<IndexFactory> {
     out.push(IndexFactory {
         name: "radix",
         make: || Box::new(crate::RadixIndexer::default()),
+        inspectable: || Box::new(crate::RadixIndexer::default()),
         primary: true,
     });
     out

@@ -35,7 +35,7 @@ pub use check::{Divergence, Op, check_ops, check_ops_on_each};
 pub use fuzz_input::run_decode_input;
 #[cfg(feature = "arbitrary")]
 pub use fuzz_input::{MAX_FUZZ_STEPS, decode_fuzz_input, run_fuzz_input};
-pub use layouts::{IndexFactory, enabled_layouts};
+pub use layouts::{IndexFactory, Inspect, Residue, enabled_layouts, naive_factory};
 pub use runner::{
     Profile, agrees_with_reference, agrees_with_reference_using, assert_agrees_with_reference,
     assert_agrees_with_reference_using,
