@@ -52,6 +52,8 @@ pub fn subjects() -> Vec<SubjectFactory> {
 /// The results of one preset: per subject, every round.
 pub struct Outcome {
     pub preset: Preset,
+    /// Interleaved rounds run: `--rounds`, or the preset's minimum.
+    pub rounds: usize,
     pub runs: Vec<(String, bool, Vec<Run>)>,
     pub load_before: String,
     pub load_after: String,
@@ -121,14 +123,16 @@ pub fn compare(
             .iter()
             .map(|s| (s.name.to_string(), s.ours, Vec::new()))
             .collect();
-        for round in 0..cfg.rounds.max(1) {
+        let rounds = cfg.rounds.max(preset.min_rounds).max(1);
+        for round in 0..rounds {
             for (s, (_, _, of_subject)) in subjects.iter().zip(runs.iter_mut()) {
-                eprintln!("{name}: round {} of {}, {}", round + 1, cfg.rounds, s.name);
+                eprintln!("{name}: round {} of {rounds}, {}", round + 1, s.name);
                 of_subject.push(measure::run(s, &preset, &expected, cfg.threads, round == 0));
             }
         }
         let outcome = Outcome {
             preset,
+            rounds,
             runs,
             load_before,
             load_after: load_average(),

@@ -83,7 +83,7 @@ pub fn table(o: &Outcome, cfg: &CompareConfig) -> String {
         "### {}\n\n{}\n\n{} interleaved rounds, medians; {} writer threads per index, one query thread; {}; load average {} before, {} after.\n\n",
         p.name,
         p.about,
-        cfg.rounds,
+        o.rounds,
         cfg.threads,
         machine(),
         o.load_before,
