@@ -27,8 +27,9 @@ use std::sync::{Arc, OnceLock}; // sync-shim: papaya takes a std Arc; loom has n
 
 /// The depth of [`ArrayIndexer`]: 1024 positions cover 64k tokens at block size 64 (16k at
 /// block size 16), the contexts of the traces this crate is measured on; deeper positions fall
-/// back to the overflow map. A position's map is created on its first entry, so an empty index
-/// costs 8 bytes per position.
+/// back to the overflow map. A position's map is created on its first entry; until then the
+/// position is an empty cell the size of a map, so an empty index holds about 100 KB (measured
+/// with a counting allocator: 102 KB allocated to build one, a seize collector included).
 pub const DEFAULT_DEPTH: usize = 1024;
 
 /// The position-array layout: a fixed array of per-position maps for the first `DEPTH`
