@@ -8,8 +8,9 @@ use papaya::{Compute, HashMap, LocalGuard, Operation, ResizeMode};
 use std::sync::Arc; // sync-shim: papaya takes its collector as a std Arc
 
 /// A hasher for keys made of canonical hashes (and positions). Canonical hashes are already
-/// uniformly mixed and keyed per index, so folding the position in is all it takes; SipHash
-/// here would cost more than the probe.
+/// uniform and keyed per index, but below `2^61`, and papaya takes its tag from a hash's top
+/// seven bits: one multiply spreads the low bits up. SipHash here would cost more than the
+/// probe.
 #[derive(Clone, Copy, Default, Debug)]
 pub(crate) struct KeyHasher {
     state: u64,
@@ -36,7 +37,7 @@ impl Hasher for KeyHasher {
 
     #[inline]
     fn write_u64(&mut self, canon: u64) {
-        self.state = self.state.rotate_left(23) ^ canon;
+        self.state = (self.state.rotate_left(23) ^ canon).wrapping_mul(crate::mix::GOLDEN);
     }
 }
 

@@ -5,7 +5,7 @@
 //! inputs), canonical hashes (`canon.rs`), worker interning (`worker_table.rs`) and the search
 //! (`search.rs`).
 
-mod canon;
+pub(crate) mod canon;
 mod child_list;
 mod cover;
 mod entry_set;

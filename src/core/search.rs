@@ -9,40 +9,74 @@
 //! 3. Each dropped worker's depth lies in the skipped range: binary search over it. Dropped
 //!    workers are partitioned in place at each probe, so a probe serves all of them at once:
 //!    at most `min(dropped * log2 J, J)` probes, never a linear scan.
-//! 4. After a landing where nobody dropped, the next jump doubles (up to [`MAX_JUMP`]); a drop
-//!    returns it to `J`. Long shared prefixes then cost about `log2 D + D / MAX_JUMP` probes.
+//! 4. After a landing where nobody dropped, the next jump doubles (up to 1,024 positions); a
+//!    drop returns it to `J`. Long shared prefixes then cost about `log2 D + D / 1024` probes.
 //!
-//! A query of depth `D` costs at most about `D / J` probes plus `D` steps of the canonical mix.
+//! A query of depth `D` costs at most about `D / J` probes, plus its canonical hashes: rolled
+//! eight blocks to a dependent step (`canon.rs`), with a mark every eight positions, so that a
+//! scan-back probe is at most seven single steps from a known hash.
 //!
 //! Under racing writers every reported depth is `p + 1` for a position `p` where the worker was
 //! *observed* present; presence at `p` at that instant means the worker then had depth > `p`.
 //! Landing sets are intersected with the active set (not merely counted), so a worker that
 //! appears mid-query never stands in for one that left.
 
-use super::canon::{Canon, Key};
+use super::canon::{Canon, Key, LANES};
 use super::entry_set::Slot;
 use super::layout::seam::{ByPosition, JumpSearch, Search, Tree, Walk};
 use super::worker_table::{Names, PinnedNames};
 use crate::scores::OverlapScores;
 use crate::types::LocalHash;
 
-/// The largest jump the search supports (the window of canonical hashes lives on the stack).
+/// The largest jump a search can be configured with.
 pub const MAX_JUMP: u32 = 256;
 
-/// One query's jump search: the layout, the pinned names and the window of canonical keys.
+/// The largest jump a gallop reaches: past it, a long shared prefix costs one probe per
+/// `MAX_GALLOP` blocks (and the window of marks on the stack grows with it).
+const MAX_GALLOP: u32 = 1024;
+
+/// One query's jump search: the layout, the pinned names and the canonical hashes of the
+/// current window.
 struct ScanBack<'a, 'g, L: ByPosition> {
     layout: &'a L,
     guard: &'a L::Guard<'g>,
     names: &'a PinnedNames<'a>,
-    /// Canonical hashes of the current window: `window[i]` is position `lo + i`.
-    window: [u64; MAX_JUMP as usize + 1],
+    canon: &'a Canon,
+    query: &'a [LocalHash],
+    /// Canonical hashes at `lo` and every [`LANES`] positions after it: `marks[g]` is position
+    /// `lo + g * LANES`. Any position of the window is at most `LANES - 1` steps from a mark.
+    marks: [u64; MAX_GALLOP as usize / LANES + 1],
     lo: u32,
+    /// The canonical hash at the last landing, where the next window starts.
+    landing: u64,
     scores: OverlapScores,
     /// Absent slots during a partition (reused, so a query allocates it at most once).
     scratch: Vec<Slot>,
 }
 
 impl<L: ByPosition> ScanBack<'_, '_, L> {
+    /// Rolls the window on to `lo..=hi`, where `lo` is the last landing, and returns the key at
+    /// `hi`, the next landing.
+    fn slide(&mut self, lo: u32, hi: u32) -> Key {
+        self.marks[0] = self.landing;
+        self.lo = lo;
+        let locals = &self.query[lo as usize + 1..=hi as usize];
+        self.landing = self.canon.roll(self.landing, locals, &mut self.marks[1..]);
+        Key {
+            pos: hi,
+            canon: self.landing,
+        }
+    }
+
+    /// The canonical hash at `pos` of the window: from the mark at or before it.
+    fn canon_at(&self, pos: u32) -> u64 {
+        let g = (pos - self.lo) as usize / LANES;
+        let from = self.lo as usize + g * LANES;
+        self.query[from + 1..=pos as usize]
+            .iter()
+            .fold(self.marks[g], |c, &local| self.canon.step(c, local))
+    }
+
     /// `slots` were present at `lo` and absent at `hi`: find each one's last position.
     fn scan_back(&mut self, slots: &mut [Slot], lo: u32, hi: u32) {
         if slots.is_empty() {
@@ -57,7 +91,7 @@ impl<L: ByPosition> ScanBack<'_, '_, L> {
         let mid = lo + (hi - lo) / 2;
         let key = Key {
             pos: mid,
-            canon: self.window[(mid - self.lo) as usize],
+            canon: self.canon_at(mid),
         };
         // Partition in place, present at `mid` first; both parts stay sorted for the next merge.
         let split = match self.layout.get(key, self.guard) {
@@ -197,16 +231,18 @@ fn jump_search<L: ByPosition>(
         layout,
         guard: &guard,
         names: &names,
-        window: [0; MAX_JUMP as usize + 1],
+        canon,
+        query,
+        marks: [0; MAX_GALLOP as usize / LANES + 1],
         lo: 0,
+        landing: canon.first(first),
         scores: OverlapScores::new(),
         scratch: Vec::new(),
     };
-    search.window[0] = canon.first(first);
     let Some(set) = layout.get(
         Key {
             pos: 0,
-            canon: search.window[0],
+            canon: search.landing,
         },
         &guard,
     ) else {
@@ -221,20 +257,8 @@ fn jump_search<L: ByPosition>(
     while !active.is_empty() && lo + 1 < n {
         let hi = (lo + jump).min(n - 1);
         dropped.clear();
-        // Slide the window so that it starts at `lo`, then roll the chain up to `hi`.
-        search.window[0] = search.window[(lo - search.lo) as usize];
-        search.lo = lo;
-        for pos in lo + 1..=hi {
-            let i = (pos - lo) as usize;
-            search.window[i] = canon.step(search.window[i - 1], query[pos as usize]);
-        }
-        match layout.get(
-            Key {
-                pos: hi,
-                canon: search.window[(hi - lo) as usize],
-            },
-            &guard,
-        ) {
+        let key = search.slide(lo, hi);
+        match layout.get(key, &guard) {
             Some(set) if set.is_exactly(&active) => {}
             Some(set) => {
                 let still = set.partition(&mut active, &mut search.scratch);
@@ -244,9 +268,9 @@ fn jump_search<L: ByPosition>(
             None => dropped.append(&mut active),
         }
         // Gallop: a landing where nobody dropped doubles the next jump (long shared prefixes
-        // cost about log2(D) + D / MAX_JUMP probes); a drop returns to the configured jump.
+        // cost about log2(D) + D / MAX_GALLOP probes); a drop returns to the configured jump.
         if dropped.is_empty() {
-            jump = (jump * 2).min(MAX_JUMP);
+            jump = (jump * 2).min(MAX_GALLOP);
         } else {
             search.scan_back(&mut dropped, lo, hi);
             jump = base_jump;

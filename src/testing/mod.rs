@@ -23,6 +23,7 @@ mod check;
 #[cfg(feature = "arbitrary")]
 mod fuzz_input;
 mod layouts;
+mod levers;
 mod runner;
 mod step;
 mod universe;
@@ -36,6 +37,7 @@ pub use fuzz_input::run_decode_input;
 #[cfg(feature = "arbitrary")]
 pub use fuzz_input::{MAX_FUZZ_STEPS, decode_fuzz_input, run_fuzz_input};
 pub use layouts::{IndexFactory, Inspect, Residue, enabled_layouts, naive_factory};
+pub use levers::CanonicalRoll;
 pub use runner::{
     Profile, agrees_with_reference, agrees_with_reference_using, assert_agrees_with_reference,
     assert_agrees_with_reference_using,
