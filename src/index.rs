@@ -34,6 +34,13 @@ pub trait KvIndex: Send + Sync {
     /// Events that, applied in order to an empty index, give identical `find_matches` results
     /// for every query. Held-but-unreachable blocks may be left out.
     fn dump(&self) -> Vec<Event>;
+
+    /// Frees what this thread retired and still batches, once no reader can see it, instead of
+    /// when the batch fills up. The map layouts batch 1,024 retired entries per writing thread
+    /// (and the tables a resize replaced), so a writer that goes quiet can call this to give
+    /// them back; [`WriterPool::flush`](crate::pool::WriterPool::flush) does it on every writer.
+    /// Answers never change. Does nothing where nothing is batched (the default).
+    fn flush_retired(&self) {}
 }
 
 macro_rules! forward_kv_index {
@@ -57,6 +64,9 @@ macro_rules! forward_kv_index {
             }
             fn dump(&self) -> Vec<Event> {
                 (**self).dump()
+            }
+            fn flush_retired(&self) {
+                (**self).flush_retired()
             }
         }
     )*};

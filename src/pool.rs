@@ -197,7 +197,8 @@ impl<I: KvIndex + ?Sized + 'static> WriterPool<I> {
     }
 
     /// Returns once every event submitted before this call has been applied: a marker goes
-    /// through every queue, behind what was already queued, and each writer counts it down.
+    /// through every queue, behind what was already queued, and each writer counts it down
+    /// after giving back what it retired ([`KvIndex::flush_retired`]).
     pub fn flush(&self) {
         let latch = Arc::new(Latch::new(self.queues.len()));
         for queue in &self.queues {
@@ -248,7 +249,10 @@ fn writer_loop<I: KvIndex + ?Sized>(index: &I, counters: &Counters, queue: Recei
             Msg::Event(event) => counters.count(&index.apply(&event)),
             Msg::RemoveWorker(id) => index.remove_worker(id),
             Msg::RemoveWorkerDpRank(worker) => index.remove_worker_dp_rank(worker),
-            Msg::Flush(latch) => latch.count_down(),
+            Msg::Flush(latch) => {
+                index.flush_retired();
+                latch.count_down();
+            }
         }
     }
 }

@@ -45,7 +45,7 @@ pub struct PositionArray<const DEPTH: usize> {
 impl<const DEPTH: usize> PositionArray<DEPTH> {
     /// An empty layout.
     pub fn new() -> Self {
-        let collector = Arc::new(seize::Collector::new());
+        let collector = Arc::new(entries::collector());
         let positions = (0..DEPTH).map(|_| OnceLock::new()).collect();
         let overflow = PositionalMap::with_collector(collector.clone());
         Self {

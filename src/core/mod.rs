@@ -128,12 +128,6 @@ impl<L: Layout> Indexer<L> {
         self.workers.len()
     }
 
-    /// See [`Storage::flush_retired`](seam::Storage::flush_retired).
-    #[cfg(feature = "testing")]
-    pub(crate) fn flush_layout_retired(&self) {
-        self.layout.flush_retired();
-    }
-
     /// Runs `f` on `worker`'s state under its lock, retrying if the cell was retired meanwhile.
     /// Retires the worker when it ends up holding nothing.
     fn with_worker<T>(
@@ -252,5 +246,9 @@ impl<L: Layout> KvIndex for Indexer<L> {
             }
         }
         events
+    }
+
+    fn flush_retired(&self) {
+        self.layout.flush_retired();
     }
 }

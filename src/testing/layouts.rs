@@ -19,9 +19,6 @@ pub struct Residue {
 pub trait Inspect: KvIndex {
     /// What the index holds now.
     fn residue(&self) -> Residue;
-    /// Frees what the index retired on this thread once no reader can see it, rather than when
-    /// its batch fills up (see [`collect_garbage`](super::collect_garbage) for crossbeam's side).
-    fn flush_retired(&self) {}
     /// The index itself, as the trait the harness drives.
     fn as_index(&self) -> &dyn KvIndex;
 }
@@ -32,10 +29,6 @@ impl<L: Layout> Inspect for Indexer<L> {
             entries: self.entries(),
             workers: self.worker_count(),
         }
-    }
-
-    fn flush_retired(&self) {
-        self.flush_layout_retired();
     }
 
     fn as_index(&self) -> &dyn KvIndex {
