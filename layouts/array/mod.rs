@@ -8,15 +8,18 @@
 //!
 //! # When to pick it
 //!
-//! Measured side by side with the positional map (`cargo bench`, 2 cores):
-//! - on the Dynamo comparison workload (835,584 held pairs, random queries, cold caches) it used
-//!   100 bytes per held pair instead of 115 and answered at p50 1.15 us instead of 1.33 us,
-//!   with the same store and remove throughput;
-//! - on warm microbenchmarks (`find_matches` bench) the positional map was up to 25% faster at
-//!   depths 128 to 1024 with 64 workers, and the two were equal at depth 8192.
+//! Measured side by side with the positional map and Dynamo's indexes (`flashbench compare`, 2
+//! cores, commit d33a48c, medians of 3 rounds; `papers/figures/compare.md`):
+//! - on Dynamo's published workload it held 85.8 bytes per pair instead of 93.5 and answered at
+//!   p50 1.15 us instead of 1.36 (p99 2.16 against 2.25); stores and removes were within the
+//!   noise of one another (13.3M and 8.2M stores per second in that run, 10.5M and 11.3M in the
+//!   one before, removes 13.1M and 13.0M);
+//! - on the depth preset (full hits to 4,096 blocks) and the trace the two are the same within
+//!   the noise: the cost there is the query's canonical hashes, which both layouts share.
 //!
-//! So: pick it (feature `default-array`) when memory matters and the deepest position you care
-//! about is known (context length / block size); keep the positional map otherwise.
+//! So it earns its place by a little: pick it (feature `default-array`) when memory matters and
+//! the deepest position you care about is known (context length / block size); the positional
+//! map otherwise. Both stay behind the radix layout on every column of those runs.
 
 use super::entries::{self, EntryMap, entry_map};
 use super::positional::PositionalMap;
