@@ -59,14 +59,15 @@ pub(crate) type EntryMap<K> = HashMap<K, WorkerSet, BuildKeyHasher>;
 /// starts with a `membarrier` system call (an interrupt to every core running the process):
 /// with seize's default of 32, a remove of one entry per block spent about a third of its time
 /// there (perf, Dynamo's workload). 1,024 entries are some 64 KB a thread waiting for an epoch.
-pub(crate) const RETIRE_BATCH: usize = 1024;
+const RETIRE_BATCH: usize = 1024;
 
 /// The reclamation collector of the map layouts.
 pub(crate) fn collector() -> seize::Collector {
     seize::Collector::new().batch_size(RETIRE_BATCH)
 }
 
-/// An empty map; maps that must share one guard share `collector`.
+/// An empty map; maps that must share one guard pass the same `shared` collector, others get
+/// their own ([`collector`]).
 ///
 /// Blocking resizes: writers finish a resize together, so readers always find a single table
 /// (incremental mode can leave a half-copied table that every miss walks through).

@@ -12,7 +12,7 @@ mod entry_set;
 mod held;
 pub(crate) mod layout;
 mod run;
-mod search;
+pub(crate) mod search;
 mod worker_table;
 
 pub use layout::Layout;

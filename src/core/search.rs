@@ -33,7 +33,7 @@ pub const MAX_JUMP: u32 = 256;
 
 /// The largest jump a gallop reaches: past it, a long shared prefix costs one probe per
 /// `MAX_GALLOP` blocks (and the window of marks on the stack grows with it).
-const MAX_GALLOP: u32 = 1024;
+pub(crate) const MAX_GALLOP: u32 = 1024;
 
 /// One query's jump search: the layout, the pinned names and the canonical hashes of the
 /// current window.

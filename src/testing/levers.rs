@@ -2,6 +2,7 @@
 //! from the layouts and the rest of a query.
 
 use crate::index_core::canon::{Canon, LANES};
+use crate::index_core::search::MAX_GALLOP;
 use crate::types::LocalHash;
 
 /// The canonical hash of a query prefix, rolled as the search rolls it (eight blocks to a
@@ -41,7 +42,7 @@ impl CanonicalRoll {
     /// The canonical hash of `query`'s last block, eight blocks a dependent step, with the
     /// search's marks written on the way (windows of its longest jump, 1,024 blocks).
     pub fn by_groups(&self, query: &[LocalHash]) -> u64 {
-        const WINDOW: usize = 1024;
+        const WINDOW: usize = MAX_GALLOP as usize;
         let Some((&first, rest)) = query.split_first() else {
             return 0;
         };
