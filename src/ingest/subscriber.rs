@@ -515,15 +515,26 @@ impl<I: KvIndex + ?Sized + 'static> EndpointTask<I> {
             .problem(replay.address(), format!("replay abandoned: {why}"));
     }
 
-    /// A `Cleared` for every worker the publisher wrote to since it was last cleared (and for
-    /// the endpoint's fixed worker and rank, which may hold state from before this subscriber).
+    /// A `Cleared` for every worker the publisher wrote to since it was last cleared, and for
+    /// what may hold state from before this subscriber (a snapshot restored, an earlier
+    /// subscriber): the endpoint's fixed worker and rank, or, when the batches name their ranks,
+    /// every rank of the publisher's worker id.
     fn clear(&mut self, key: &SourceKey) {
         let fixed = match (self.endpoint.worker, self.endpoint.dp_rank) {
             (Some(id), DpRank::Fixed(rank)) => Some(Worker::new(id, rank)),
             _ => None,
         };
+        let all_ranks = match self.endpoint.dp_rank {
+            DpRank::FromBatch => self.source(key).mapper.as_ref().map(EventMapper::worker_id),
+            DpRank::Fixed(_) => None,
+        };
+        if let Some(id) = all_ranks {
+            // Queued behind the worker's earlier events, ahead of the rebuild's.
+            self.shared.pool.remove_worker(id);
+        }
         let source = self.source(key);
         let mut workers = std::mem::take(&mut source.workers);
+        workers.retain(|w| Some(w.id) != all_ranks);
         workers.extend(fixed);
         let event_id = source.tracker.last().unwrap_or(0);
         let clears = workers.into_iter().map(|worker| Event {
