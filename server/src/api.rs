@@ -1,0 +1,299 @@
+//! The HTTP routes.
+//!
+//! | route | what |
+//! |---|---|
+//! | `POST /query` | `{"model", "tokens" \| "local_hashes", "lora"?}`: every worker's matched depth per tier and weighted score, best first |
+//! | `GET /workers` | engines followed (with ingest counters), topic pods, models and their indexes |
+//! | `POST /workers` | follow one more engine: `{"events", "replay"?, "worker", "dp_rank"?, "model"?}` |
+//! | `DELETE /workers/{id}` | stop following worker `id`'s engine and drop its blocks |
+//! | `GET /health` | 200 once restored and every startup engine has connected; 503 and what it waits for before |
+//! | `GET /metrics` | Prometheus text |
+//! | `GET /dump` | the whole index as a snapshot (what `--peer` bootstraps from) |
+//!
+//! Every error is a 4xx or 5xx with `{"error": "..."}` saying what was wrong. Bodies are
+//! limited to [`Settings::max_request_bytes`](crate::config::Settings::max_request_bytes).
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::extract::rejection::{JsonRejection, PathRejection};
+use axum::extract::{DefaultBodyLimit, Path, State};
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{delete, get, post};
+use axum::{Json, Router};
+use flash_indexer::{LocalHash, hash};
+use metrics::{counter, histogram};
+use metrics_exporter_prometheus::PrometheusHandle;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use crate::config::EngineConfig;
+use crate::metrics::QUERY_SECONDS;
+use crate::service::{EngineError, Service};
+use crate::snapshot;
+
+/// What the routes share.
+#[derive(Clone)]
+struct App {
+    service: Arc<Service>,
+    metrics: Option<PrometheusHandle>,
+}
+
+/// The server's routes over `service`; `metrics` renders `GET /metrics` (without it the route
+/// answers 503).
+pub fn router(service: Arc<Service>, metrics: Option<PrometheusHandle>) -> Router {
+    let limit = service.settings().max_request_bytes;
+    Router::new()
+        .route("/query", post(query))
+        .route("/workers", get(list_workers).post(add_worker))
+        .route("/workers/{id}", delete(remove_worker))
+        .route("/health", get(health))
+        .route("/metrics", get(render_metrics))
+        .route("/dump", get(dump))
+        .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "no such route") })
+        .layer(DefaultBodyLimit::max(limit))
+        .with_state(App { service, metrics })
+}
+
+/// An error answer: a status and a message saying what was wrong.
+#[derive(Debug)]
+pub struct ApiError {
+    status: StatusCode,
+    message: String,
+}
+
+impl ApiError {
+    fn new(status: StatusCode, message: impl Into<String>) -> Self {
+        ApiError {
+            status,
+            message: message.into(),
+        }
+    }
+
+    fn bad(message: impl Into<String>) -> Self {
+        ApiError::new(StatusCode::BAD_REQUEST, message)
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        counter!("flash_indexer_http_errors_total", "status" => self.status.as_u16().to_string())
+            .increment(1);
+        (self.status, Json(json!({ "error": self.message }))).into_response()
+    }
+}
+
+impl From<JsonRejection> for ApiError {
+    fn from(rejection: JsonRejection) -> Self {
+        // axum's own status: 400 for bad JSON, 413 over the size limit, 415 without a JSON
+        // content type, 422 for the wrong fields; its text says which.
+        ApiError::new(rejection.status(), rejection.body_text())
+    }
+}
+
+impl From<PathRejection> for ApiError {
+    fn from(rejection: PathRejection) -> Self {
+        ApiError::new(rejection.status(), rejection.body_text())
+    }
+}
+
+/// The body of `POST /query`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct QueryRequest {
+    /// Optional when the server has exactly one model.
+    model: Option<String>,
+    tokens: Option<Vec<u32>>,
+    local_hashes: Option<Vec<u64>>,
+    lora: Option<String>,
+}
+
+async fn query(
+    State(app): State<App>,
+    body: Result<Json<QueryRequest>, JsonRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let Json(request) = body?;
+    let service = &app.service;
+    let model = match &request.model {
+        Some(name) => service.model(name).ok_or_else(|| {
+            ApiError::new(
+                StatusCode::NOT_FOUND,
+                format!("unknown model {name:?}; models: {:?}", model_names(service)),
+            )
+        })?,
+        None => match service.models().as_slice() {
+            [only] => Arc::clone(only),
+            _ => {
+                return Err(ApiError::bad(format!(
+                    "name the model: one of {:?}",
+                    model_names(service)
+                )));
+            }
+        },
+    };
+    let locals: Vec<LocalHash> = match (request.tokens, request.local_hashes) {
+        (Some(tokens), None) => match &request.lora {
+            Some(lora) => hash::local_hashes_lora(&tokens, model.block_size, lora),
+            None => hash::local_hashes(&tokens, model.block_size),
+        },
+        (None, Some(locals)) if request.lora.is_none() => {
+            locals.into_iter().map(LocalHash).collect()
+        }
+        (None, Some(_)) => {
+            return Err(ApiError::bad(
+                "\"lora\" seeds the hashes of \"tokens\"; \"local_hashes\" are hashed already",
+            ));
+        }
+        (Some(_), Some(_)) => {
+            return Err(ApiError::bad(
+                "give either \"tokens\" or \"local_hashes\", not both",
+            ));
+        }
+        (None, None) => return Err(ApiError::bad("give \"tokens\" or \"local_hashes\"")),
+    };
+    let start = Instant::now();
+    let answer = service.query(&model, &locals);
+    let labels = [("model", model.name.clone())];
+    histogram!(QUERY_SECONDS, &labels).record(start.elapsed().as_secs_f64());
+    counter!("flash_indexer_queries_total", &labels).increment(1);
+    Ok(Json(
+        serde_json::to_value(answer).expect("answers serialize"),
+    ))
+}
+
+fn model_names(service: &Service) -> Vec<String> {
+    service.models().iter().map(|m| m.name.clone()).collect()
+}
+
+async fn list_workers(State(app): State<App>) -> Json<Value> {
+    let service = &app.service;
+    let engines: Vec<Value> = service
+        .engines()
+        .into_iter()
+        .map(|engine| {
+            let tiers: serde_json::Map<String, Value> = engine
+                .tiers
+                .iter()
+                .map(|t| {
+                    let s = &t.stats;
+                    let status = json!({
+                        "connected": s.connected,
+                        "disconnects": s.disconnects,
+                        "batches": s.batches,
+                        "events": s.events,
+                        "gaps": s.gaps,
+                        "lost": s.lost,
+                        "resyncs": s.resyncs,
+                        "decode_errors": s.decode_errors,
+                        "rejected_events": s.rejected_events,
+                        "last_problem": t.last_problem,
+                    });
+                    (t.tier.clone(), status)
+                })
+                .collect();
+            json!({ "key": engine.key, "engine": engine.config, "ingest": tiers })
+        })
+        .collect();
+    let models: Vec<Value> = service
+        .models()
+        .iter()
+        .map(|model| {
+            let tiers: Vec<Value> = model
+                .tiers
+                .iter()
+                .map(|t| {
+                    json!({
+                        "tier": t.tier.name,
+                        "weight": t.tier.weight,
+                        "workers": t.pool.index().worker_count(),
+                        "entries": t.pool.index().entries(),
+                    })
+                })
+                .collect();
+            json!({ "model": model.name, "block_size": model.block_size, "tiers": tiers })
+        })
+        .collect();
+    let pods: serde_json::Map<String, Value> = service
+        .pods()
+        .into_iter()
+        .map(|(id, pod)| (id.to_string(), Value::String(pod)))
+        .collect();
+    Json(json!({ "engines": engines, "pods": pods, "models": models }))
+}
+
+async fn add_worker(
+    State(app): State<App>,
+    body: Result<Json<EngineConfig>, JsonRejection>,
+) -> Result<(StatusCode, Json<Value>), ApiError> {
+    let Json(engine) = body?;
+    let Some(id) = engine.worker else {
+        return Err(ApiError::bad(
+            "\"worker\" is required: the id that DELETE /workers/{id} will name",
+        ));
+    };
+    let service = Arc::clone(&app.service);
+    let registered = engine.clone();
+    // Sockets are created and dialled here: off the async threads.
+    tokio::task::spawn_blocking(move || service.add_engine(engine, false))
+        .await
+        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?
+        .map_err(|error| match error {
+            EngineError::Exists(_) => ApiError::new(StatusCode::CONFLICT, error.to_string()),
+            EngineError::Invalid(_) => ApiError::bad(error.to_string()),
+        })?;
+    tracing::info!(worker = id, events = %registered.events, "engine registered");
+    Ok((StatusCode::CREATED, Json(json!({ "engine": registered }))))
+}
+
+async fn remove_worker(
+    State(app): State<App>,
+    id: Result<Path<u64>, PathRejection>,
+) -> Result<StatusCode, ApiError> {
+    let Path(id) = id?;
+    let service = Arc::clone(&app.service);
+    let found = tokio::task::spawn_blocking(move || service.remove_worker(id))
+        .await
+        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
+    if found {
+        tracing::info!(worker = id, "worker removed");
+        Ok(StatusCode::NO_CONTENT)
+    } else {
+        Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            format!("no engine or topic pod with worker id {id}"),
+        ))
+    }
+}
+
+async fn health(State(app): State<App>) -> (StatusCode, Json<Value>) {
+    match app.service.health() {
+        Ok(()) => (StatusCode::OK, Json(json!({ "status": "ready" }))),
+        Err(waiting) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(json!({ "status": "starting", "waiting_for": waiting })),
+        ),
+    }
+}
+
+async fn render_metrics(State(app): State<App>) -> Result<Response, ApiError> {
+    let handle = app.metrics.clone().ok_or_else(|| {
+        ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "no metrics recorder in this process",
+        )
+    })?;
+    let service = Arc::clone(&app.service);
+    let text = tokio::task::spawn_blocking(move || crate::metrics::render(&service, &handle))
+        .await
+        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
+    Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response())
+}
+
+async fn dump(State(app): State<App>) -> Result<Response, ApiError> {
+    let service = Arc::clone(&app.service);
+    let bytes = tokio::task::spawn_blocking(move || snapshot::encode(&service.dump()))
+        .await
+        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
+    Ok(([(header::CONTENT_TYPE, "application/octet-stream")], bytes).into_response())
+}

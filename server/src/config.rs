@@ -1,0 +1,511 @@
+//! What the server is told: the command line, the TOML file it may name, and the settings the
+//! two make together (the command line wins where both say something).
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use clap::{Parser, ValueEnum};
+use serde::Deserialize;
+
+/// The model of engines and queries that name none.
+pub const DEFAULT_MODEL: &str = "default";
+
+/// The block size of models the configuration does not describe (vLLM's default).
+pub const DEFAULT_BLOCK_SIZE: usize = 16;
+
+/// Storage tiers and their weights when the configuration names none: a block on the GPU counts
+/// fully; one offloaded to host memory 0.75 and one on disk 0.25, Dynamo's weights (llm-d
+/// weighs CPU 0.8).
+pub const DEFAULT_TIERS: [(&str, f64); 3] = [("GPU", 1.0), ("CPU", 0.75), ("DISK", 0.25)];
+
+/// The largest request body accepted by default: room for a query of a million tokens.
+pub const DEFAULT_MAX_REQUEST_BYTES: usize = 16 << 20;
+
+/// The index layouts the server can run.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LayoutChoice {
+    /// The compressed radix tree: the fastest layout on every measured workload.
+    #[default]
+    Radix,
+    /// The concurrent positional map, searched by jumps.
+    Positional,
+    /// Fixed-depth position arrays, searched by jumps.
+    Array,
+}
+
+impl fmt::Display for LayoutChoice {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            LayoutChoice::Radix => "radix",
+            LayoutChoice::Positional => "positional",
+            LayoutChoice::Array => "array",
+        })
+    }
+}
+
+/// The command line.
+#[derive(Debug, Parser)]
+#[command(
+    name = "flash-indexer-server",
+    version,
+    about = "Serves flash-indexer over HTTP: subscribes to engines' KV events, answers prefix-match queries."
+)]
+pub struct Cli {
+    /// Address to serve HTTP on [default: 127.0.0.1:8080].
+    #[arg(long, value_name = "ADDR")]
+    pub listen: Option<SocketAddr>,
+    /// Directory of the index snapshot: restored at startup, written periodically and on shutdown.
+    #[arg(long, value_name = "DIR")]
+    pub snapshot_dir: Option<PathBuf>,
+    /// Seconds between two periodic snapshots [default: 60].
+    #[arg(long, value_name = "SECS")]
+    pub snapshot_interval: Option<u64>,
+    /// An engine to subscribe to: `[ID=]EVENTS[+REPLAY]`, e.g. `3=tcp://10.0.0.5:5557+tcp://10.0.0.5:5558`.
+    /// Without an id, workers are named after the pod of each message's topic (`kv@POD@MODEL`).
+    /// Repeatable.
+    #[arg(long = "engine", value_name = "[ID=]EVENTS[+REPLAY]")]
+    pub engines: Vec<String>,
+    /// The model of the `--engine`s given on the command line [default: default].
+    #[arg(long, value_name = "NAME")]
+    pub model: Option<String>,
+    /// Block size of models the configuration does not describe [default: 16].
+    #[arg(long, value_name = "TOKENS")]
+    pub block_size: Option<usize>,
+    /// A TOML file with more settings (models, tiers, engines); see the crate's README.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// A running replica to bootstrap the index from (its `GET /dump`), e.g. `http://10.0.0.7:8080`.
+    #[arg(long, value_name = "URL")]
+    pub peer: Option<String>,
+    /// The index layout [default: radix].
+    #[arg(long, value_enum)]
+    pub layout: Option<LayoutChoice>,
+    /// The largest request body accepted, in bytes [default: 16 MiB].
+    #[arg(long, value_name = "BYTES")]
+    pub max_request_bytes: Option<usize>,
+}
+
+/// The TOML configuration file. Every field is optional.
+///
+/// ```toml
+/// listen = "0.0.0.0:8080"
+/// snapshot_dir = "/var/lib/flash-indexer"
+/// snapshot_interval_secs = 60
+/// layout = "radix"
+///
+/// [tiers]            # weight of a block held on each storage tier
+/// GPU = 1.0
+/// CPU = 0.8
+///
+/// [[models]]
+/// name = "Qwen/Qwen3-8B"
+/// block_size = 16
+///
+/// [[engines]]
+/// events = "tcp://10.0.0.5:5557"
+/// replay = "tcp://10.0.0.5:5558"
+/// worker = 5
+/// model = "Qwen/Qwen3-8B"
+/// ```
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileConfig {
+    /// As `--listen`.
+    pub listen: Option<SocketAddr>,
+    /// As `--snapshot-dir`.
+    pub snapshot_dir: Option<PathBuf>,
+    /// As `--snapshot-interval`.
+    pub snapshot_interval_secs: Option<u64>,
+    /// As `--layout`.
+    pub layout: Option<LayoutChoice>,
+    /// As `--peer`.
+    pub peer: Option<String>,
+    /// As `--max-request-bytes`.
+    pub max_request_bytes: Option<usize>,
+    /// As `--block-size`.
+    pub block_size: Option<usize>,
+    /// Storage tiers to index and their weights (replacing the defaults).
+    pub tiers: Option<BTreeMap<String, f64>>,
+    /// Models and their block sizes.
+    #[serde(default)]
+    pub models: Vec<ModelConfig>,
+    /// Engines to subscribe to.
+    #[serde(default)]
+    pub engines: Vec<EngineConfig>,
+}
+
+/// A model of the configuration file.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelConfig {
+    /// The model's name, as queries and engines give it.
+    pub name: String,
+    /// Tokens per KV block, to hash queries given as tokens.
+    pub block_size: usize,
+}
+
+/// An engine: where its events come from, which worker and model they belong to. The body of
+/// `POST /workers` too.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct EngineConfig {
+    /// The engine's event socket, `tcp://HOST:PORT` or `ipc://PATH`.
+    pub events: String,
+    /// The engine's replay socket, if it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replay: Option<String>,
+    /// The worker id of its events; without one, workers are named after the topic's pod.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worker: Option<u64>,
+    /// A fixed data-parallel rank, for engines that publish each rank on its own socket.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dp_rank: Option<u32>,
+    /// The model its events are indexed under.
+    #[serde(default = "default_model")]
+    pub model: String,
+}
+
+fn default_model() -> String {
+    DEFAULT_MODEL.to_owned()
+}
+
+impl EngineConfig {
+    /// Parses the command line's `[ID=]EVENTS[+REPLAY]`.
+    ///
+    /// ```
+    /// use flash_indexer_server::config::EngineConfig;
+    ///
+    /// let e = EngineConfig::parse("3=tcp://h:5557+tcp://h:5558", "m").unwrap();
+    /// assert_eq!((e.worker, e.events.as_str(), e.replay.as_deref()), (Some(3), "tcp://h:5557", Some("tcp://h:5558")));
+    /// assert!(EngineConfig::parse("x=tcp://h:1", "m").is_err());
+    /// ```
+    pub fn parse(spec: &str, model: &str) -> Result<EngineConfig, ConfigError> {
+        let bad = |reason: &str| ConfigError::Engine {
+            spec: spec.to_owned(),
+            reason: reason.to_owned(),
+        };
+        let (worker, rest) = match spec.split_once('=') {
+            Some((id, rest)) if !id.contains("://") => {
+                let id = id
+                    .parse::<u64>()
+                    .map_err(|_| bad("the worker id before '=' is not a number"))?;
+                (Some(id), rest)
+            }
+            _ => (None, spec),
+        };
+        let (events, replay) = match rest.split_once('+') {
+            Some((events, replay)) => (events, Some(replay.to_owned())),
+            None => (rest, None),
+        };
+        let engine = EngineConfig {
+            events: events.to_owned(),
+            replay,
+            worker,
+            dp_rank: None,
+            model: model.to_owned(),
+        };
+        engine.check()?;
+        Ok(engine)
+    }
+
+    /// What can be checked before any socket exists.
+    pub fn check(&self) -> Result<(), ConfigError> {
+        let bad = |reason: String| ConfigError::Engine {
+            spec: self.events.clone(),
+            reason,
+        };
+        for address in std::iter::once(&self.events).chain(&self.replay) {
+            let rest = address
+                .strip_prefix("tcp://")
+                .or_else(|| address.strip_prefix("ipc://"))
+                .ok_or_else(|| bad(format!("{address:?} is not tcp://HOST:PORT or ipc://PATH")))?;
+            if rest.is_empty() {
+                return Err(bad(format!("{address:?} has nothing after the scheme")));
+            }
+        }
+        if self.model.is_empty() {
+            return Err(bad("the model name is empty".to_owned()));
+        }
+        Ok(())
+    }
+
+    /// The name the server knows the engine by: its worker id, or its event address when
+    /// workers come from topics.
+    pub fn key(&self) -> String {
+        match self.worker {
+            Some(id) => id.to_string(),
+            None => self.events.clone(),
+        }
+    }
+}
+
+/// A storage tier and the weight of a block held there.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Tier {
+    /// Upper-case name, as engines' `medium` field gives it (compared case-insensitively).
+    pub name: String,
+    /// Weight of a block held on this tier in a query's score.
+    pub weight: f64,
+}
+
+/// Everything the server runs with.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// Where HTTP is served.
+    pub listen: SocketAddr,
+    /// Where snapshots live, if anywhere.
+    pub snapshot_dir: Option<PathBuf>,
+    /// Time between periodic snapshots.
+    pub snapshot_interval: Duration,
+    /// The replica to bootstrap from.
+    pub peer: Option<String>,
+    /// The index layout.
+    pub layout: LayoutChoice,
+    /// The largest request body accepted.
+    pub max_request_bytes: usize,
+    /// Block size of models not listed in `models`.
+    pub default_block_size: usize,
+    /// Tiers, heaviest first.
+    pub tiers: Vec<Tier>,
+    /// Block size per model.
+    pub models: BTreeMap<String, usize>,
+    /// Engines to subscribe to at startup.
+    pub engines: Vec<EngineConfig>,
+}
+
+impl Settings {
+    /// The settings of a command line, reading its `--config` file.
+    pub fn from_cli(cli: Cli) -> Result<Settings, ConfigError> {
+        let file = match &cli.config {
+            Some(path) => read_file(path)?,
+            None => FileConfig::default(),
+        };
+        let model = cli.model.clone().unwrap_or_else(default_model);
+        let mut engines = file.engines;
+        for spec in &cli.engines {
+            engines.push(EngineConfig::parse(spec, &model)?);
+        }
+        for engine in &engines {
+            engine.check()?;
+        }
+        let default_block_size = cli
+            .block_size
+            .or(file.block_size)
+            .unwrap_or(DEFAULT_BLOCK_SIZE);
+        let mut models = BTreeMap::new();
+        for m in file.models {
+            check_block_size(m.block_size)?;
+            models.insert(m.name, m.block_size);
+        }
+        check_block_size(default_block_size)?;
+        let tiers = match file.tiers {
+            Some(tiers) => tiers
+                .into_iter()
+                .map(|(name, weight)| Tier {
+                    name: name.to_ascii_uppercase(),
+                    weight,
+                })
+                .collect(),
+            None => DEFAULT_TIERS
+                .iter()
+                .map(|&(name, weight)| Tier {
+                    name: name.to_owned(),
+                    weight,
+                })
+                .collect(),
+        };
+        Ok(Settings {
+            listen: cli
+                .listen
+                .or(file.listen)
+                .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 8080))),
+            snapshot_dir: cli.snapshot_dir.or(file.snapshot_dir),
+            snapshot_interval: Duration::from_secs(
+                cli.snapshot_interval
+                    .or(file.snapshot_interval_secs)
+                    .unwrap_or(60)
+                    .max(1),
+            ),
+            peer: cli.peer.or(file.peer),
+            layout: cli.layout.or(file.layout).unwrap_or_default(),
+            max_request_bytes: cli
+                .max_request_bytes
+                .or(file.max_request_bytes)
+                .unwrap_or(DEFAULT_MAX_REQUEST_BYTES),
+            default_block_size,
+            tiers: check_tiers(tiers)?,
+            models,
+            engines,
+        })
+    }
+
+    /// The block size of `model`.
+    pub fn block_size(&self, model: &str) -> usize {
+        self.models
+            .get(model)
+            .copied()
+            .unwrap_or(self.default_block_size)
+    }
+}
+
+fn read_file(path: &Path) -> Result<FileConfig, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|error| ConfigError::Read {
+        path: path.to_owned(),
+        error,
+    })?;
+    toml::from_str(&text).map_err(|error| ConfigError::Parse {
+        path: path.to_owned(),
+        message: error.to_string(),
+    })
+}
+
+fn check_block_size(size: usize) -> Result<(), ConfigError> {
+    if size == 0 {
+        return Err(ConfigError::Invalid("a block size of 0 tokens".to_owned()));
+    }
+    Ok(())
+}
+
+/// Sorts tiers heaviest first and refuses names given twice and weights that are not finite
+/// non-negative numbers.
+fn check_tiers(mut tiers: Vec<Tier>) -> Result<Vec<Tier>, ConfigError> {
+    if tiers.is_empty() {
+        return Err(ConfigError::Invalid("no storage tier to index".to_owned()));
+    }
+    for (i, tier) in tiers.iter().enumerate() {
+        if !tier.weight.is_finite() || tier.weight < 0.0 {
+            return Err(ConfigError::Invalid(format!(
+                "tier {}: weight {} is not a finite number >= 0",
+                tier.name, tier.weight
+            )));
+        }
+        if tiers[..i].iter().any(|t| t.name == tier.name) {
+            return Err(ConfigError::Invalid(format!(
+                "tier {} is given twice",
+                tier.name
+            )));
+        }
+    }
+    tiers.sort_by(|a, b| b.weight.total_cmp(&a.weight));
+    Ok(tiers)
+}
+
+/// Why the settings could not be made.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// The configuration file could not be read.
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        error: std::io::Error,
+    },
+    /// The configuration file is not valid TOML for these settings.
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// The parser's message.
+        message: String,
+    },
+    /// An engine that cannot be subscribed to as given.
+    Engine {
+        /// The engine as given.
+        spec: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A value out of range.
+    Invalid(String),
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ConfigError::Read { path, error } => {
+                write!(f, "cannot read {}: {error}", path.display())
+            }
+            ConfigError::Parse { path, message } => write!(f, "{}: {message}", path.display()),
+            ConfigError::Engine { spec, reason } => write!(f, "engine {spec:?}: {reason}"),
+            ConfigError::Invalid(what) => write!(f, "invalid setting: {what}"),
+        }
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings(args: &[&str]) -> Result<Settings, ConfigError> {
+        let argv = std::iter::once("flash-indexer-server").chain(args.iter().copied());
+        Settings::from_cli(Cli::parse_from(argv))
+    }
+
+    #[test]
+    fn defaults() {
+        let s = settings(&[]).unwrap();
+        assert_eq!(s.listen.to_string(), "127.0.0.1:8080");
+        assert_eq!(s.layout, LayoutChoice::Radix);
+        let names: Vec<&str> = s.tiers.iter().map(|t| t.name.as_str()).collect();
+        assert_eq!(names, ["GPU", "CPU", "DISK"]);
+        assert_eq!(s.block_size("anything"), 16);
+    }
+
+    #[test]
+    fn engines_from_the_command_line() {
+        let s = settings(&[
+            "--engine",
+            "tcp://a:1",
+            "--engine",
+            "7=ipc:///x+tcp://a:2",
+            "--model",
+            "m",
+        ])
+        .unwrap();
+        assert_eq!(s.engines.len(), 2);
+        assert_eq!(s.engines[0].worker, None);
+        assert_eq!(s.engines[1].worker, Some(7));
+        assert_eq!(s.engines[1].model, "m");
+        assert!(settings(&["--engine", "udp://a:1"]).is_err());
+        assert!(settings(&["--engine", "tcp://"]).is_err());
+    }
+
+    #[test]
+    fn file_settings_and_bad_files() {
+        let dir = std::env::temp_dir().join(format!("fis-config-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let good = dir.join("good.toml");
+        std::fs::write(
+            &good,
+            "layout = \"array\"\n[tiers]\ngpu = 1.0\ncpu = 0.8\n[[models]]\nname = \"m\"\nblock_size = 64\n[[engines]]\nevents = \"tcp://h:1\"\nworker = 4\nmodel = \"m\"\n",
+        )
+        .unwrap();
+        let s = settings(&["--config", good.to_str().unwrap(), "--layout", "positional"]).unwrap();
+        assert_eq!(s.layout, LayoutChoice::Positional, "the command line wins");
+        assert_eq!(s.block_size("m"), 64);
+        assert_eq!(
+            s.tiers[1],
+            Tier {
+                name: "CPU".into(),
+                weight: 0.8
+            }
+        );
+        assert_eq!(s.engines[0].worker, Some(4));
+        let bad = dir.join("bad.toml");
+        std::fs::write(&bad, "listen = 5\n").unwrap();
+        let message = settings(&["--config", bad.to_str().unwrap()])
+            .unwrap_err()
+            .to_string();
+        assert!(message.contains("bad.toml"), "{message}");
+        std::fs::write(&bad, "[tiers]\nGPU = -1.0\n").unwrap();
+        assert!(settings(&["--config", bad.to_str().unwrap()]).is_err());
+        assert!(settings(&["--config", dir.join("missing.toml").to_str().unwrap()]).is_err());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

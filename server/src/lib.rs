@@ -1,0 +1,18 @@
+//! flash-indexer as a service: engines' KV events in, prefix-match scores out, over HTTP.
+//!
+//! The binary `flash-indexer-server` is the product; this library is its parts, public so that
+//! tests and the load tool (`flash-indexer-load`) use the same snapshot format and settings:
+//!
+//! - [`config`]: the command line and TOML file;
+//! - [`service`]: one index per model and storage tier, the engines feeding them, scoring;
+//! - [`api`]: the HTTP routes;
+//! - [`snapshot`]: the versioned, checksummed snapshot format and its atomic writes;
+//! - [`metrics`]: Prometheus metrics;
+//! - [`run`]: startup (restore, engines), serving and shutdown.
+
+pub mod api;
+pub mod config;
+pub mod metrics;
+pub mod run;
+pub mod service;
+pub mod snapshot;

@@ -1,0 +1,499 @@
+//! The server's state: one index per model and storage tier, each behind a writer pool, and
+//! the engines that feed them.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use flash_indexer::ingest::{
+    DpRank, EngineEndpoint, IngestStats, MapConfig, Subscriber, SubscriberConfig, Topic,
+};
+use flash_indexer::pool::{PoolConfig, WriterPool};
+use flash_indexer::{
+    ArrayIndexer, Indexer, KvIndex, Layout, LocalHash, PositionalIndexer, RadixIndexer, Worker,
+};
+use serde::Serialize;
+use xxhash_rust::xxh3::xxh3_64;
+
+use crate::config::{EngineConfig, LayoutChoice, Settings, Tier};
+use crate::snapshot::{Contents, IndexDump};
+
+/// An index the server can run: any layout, with what its metrics need.
+pub trait ServedIndex: KvIndex {
+    /// Entries of the layout (map entries or tree nodes).
+    fn entries(&self) -> usize;
+    /// Workers holding at least one block.
+    fn worker_count(&self) -> usize;
+}
+
+impl<L: Layout> ServedIndex for Indexer<L> {
+    fn entries(&self) -> usize {
+        Indexer::entries(self)
+    }
+    fn worker_count(&self) -> usize {
+        Indexer::worker_count(self)
+    }
+}
+
+fn new_index(layout: LayoutChoice) -> Arc<dyn ServedIndex> {
+    match layout {
+        LayoutChoice::Radix => Arc::new(RadixIndexer::default()),
+        LayoutChoice::Positional => Arc::new(PositionalIndexer::default()),
+        LayoutChoice::Array => Arc::new(ArrayIndexer::default()),
+    }
+}
+
+/// One storage tier of one model.
+pub struct TierIndex {
+    /// The tier and its weight.
+    pub tier: Tier,
+    /// Its index, behind the pool that applies its events.
+    pub pool: Arc<WriterPool<dyn ServedIndex>>,
+}
+
+/// One model: an index per tier, heaviest tier first.
+pub struct Model {
+    /// As queries and engines name it.
+    pub name: String,
+    /// Tokens per block, to hash queries given as tokens.
+    pub block_size: usize,
+    /// Its tiers, in the settings' order (heaviest first).
+    pub tiers: Vec<TierIndex>,
+}
+
+/// An engine the server follows: one subscriber per tier, each keeping that tier's events.
+struct Engine {
+    config: EngineConfig,
+    subscribers: Vec<(String, Subscriber)>,
+    /// Given at startup (health waits for its first connection), or registered later.
+    at_startup: bool,
+}
+
+/// One worker's answer to a query.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct WorkerScore {
+    /// The worker id.
+    pub worker: u64,
+    /// Its data-parallel rank.
+    pub dp_rank: u32,
+    /// Blocks of the request it holds as a prefix on its best tier for each position: the
+    /// largest of its tier depths.
+    pub depth: u32,
+    /// Its matched depth on each tier that holds any.
+    pub tiers: BTreeMap<String, u32>,
+    /// Each matched block weighed by the heaviest tier holding it.
+    pub score: f64,
+}
+
+/// The answer to a query.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct QueryAnswer {
+    /// The model asked.
+    pub model: String,
+    /// Blocks in the request.
+    pub blocks: usize,
+    /// Workers holding a prefix of it, best score first.
+    pub workers: Vec<WorkerScore>,
+}
+
+/// The server's state. Cheap to share (`Arc<Service>`).
+pub struct Service {
+    settings: Settings,
+    models: RwLock<BTreeMap<String, Arc<Model>>>,
+    engines: Mutex<BTreeMap<String, Engine>>,
+    /// Pods named in topics, by the worker id they were given.
+    pods: Arc<Mutex<BTreeMap<u64, String>>>,
+    restored: AtomicBool,
+    ready: AtomicBool,
+    /// When the index was last saved to (or restored from) a snapshot, in ms since the epoch.
+    snapshot_at: Mutex<Option<u64>>,
+}
+
+/// Why an engine could not be added.
+#[derive(Debug)]
+pub enum EngineError {
+    /// An engine with that id (or event address) is already followed.
+    Exists(String),
+    /// The engine is not usable as given.
+    Invalid(String),
+}
+
+impl std::fmt::Display for EngineError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            EngineError::Exists(key) => write!(f, "engine {key} is already registered"),
+            EngineError::Invalid(why) => f.write_str(why),
+        }
+    }
+}
+
+/// The worker id of a pod named in message topics: the same in every replica and across
+/// restarts, so that replicas answer alike and snapshots stay valid.
+pub fn pod_worker_id(pod: &str) -> u64 {
+    xxh3_64(pod.as_bytes())
+}
+
+/// Milliseconds since the Unix epoch.
+pub fn now_unix_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+impl Service {
+    /// A service with the settings' models (and their engines' models), no engine started yet.
+    pub fn new(settings: Settings) -> Arc<Service> {
+        let service = Arc::new(Service {
+            settings,
+            models: RwLock::default(),
+            engines: Mutex::default(),
+            pods: Arc::default(),
+            restored: AtomicBool::new(false),
+            ready: AtomicBool::new(false),
+            snapshot_at: Mutex::new(None),
+        });
+        let names: Vec<String> = service
+            .settings
+            .models
+            .keys()
+            .cloned()
+            .chain(service.settings.engines.iter().map(|e| e.model.clone()))
+            .collect();
+        for name in names {
+            service.model_or_create(&name);
+        }
+        service
+    }
+
+    /// The settings.
+    pub fn settings(&self) -> &Settings {
+        &self.settings
+    }
+
+    /// The model called `name`, if the server has it.
+    pub fn model(&self, name: &str) -> Option<Arc<Model>> {
+        self.models.read().unwrap().get(name).cloned()
+    }
+
+    /// Every model, by name.
+    pub fn models(&self) -> Vec<Arc<Model>> {
+        self.models.read().unwrap().values().cloned().collect()
+    }
+
+    /// The model called `name`, created empty if it is new.
+    pub fn model_or_create(&self, name: &str) -> Arc<Model> {
+        if let Some(model) = self.model(name) {
+            return model;
+        }
+        let mut models = self.models.write().unwrap();
+        models
+            .entry(name.to_owned())
+            .or_insert_with(|| {
+                let tiers = self
+                    .settings
+                    .tiers
+                    .iter()
+                    .map(|tier| TierIndex {
+                        tier: tier.clone(),
+                        pool: Arc::new(WriterPool::new(
+                            new_index(self.settings.layout),
+                            PoolConfig::default(),
+                        )),
+                    })
+                    .collect();
+                Arc::new(Model {
+                    name: name.to_owned(),
+                    block_size: self.settings.block_size(name),
+                    tiers,
+                })
+            })
+            .clone()
+    }
+
+    /// Rebuilds the indexes from a snapshot (before any engine is followed). Returns the events
+    /// applied and those the index refused (none, from a snapshot this server wrote); indexes
+    /// of tiers this server does not keep are skipped.
+    pub fn restore(&self, contents: &Contents) -> (usize, usize) {
+        let (mut applied, mut refused) = (0, 0);
+        for dump in &contents.indexes {
+            let model = self.model_or_create(&dump.model);
+            let Some(tier) = model.tiers.iter().find(|t| t.tier.name == dump.tier) else {
+                tracing::warn!(tier = %dump.tier, model = %dump.model, "snapshot tier not kept by this server: skipped");
+                continue;
+            };
+            let index = tier.pool.index();
+            for event in &dump.events {
+                match index.apply(event) {
+                    Ok(()) => applied += 1,
+                    Err(_) => refused += 1,
+                }
+            }
+        }
+        *self.snapshot_at.lock().unwrap() = Some(contents.taken_unix_ms);
+        (applied, refused)
+    }
+
+    /// Says that restoring is over (done, failed, or there was nothing to restore).
+    pub fn mark_restored(&self) {
+        self.restored.store(true, Ordering::Release);
+    }
+
+    /// The whole index, once every event queued so far is applied.
+    pub fn dump(&self) -> Contents {
+        let mut indexes = Vec::new();
+        for model in self.models() {
+            for tier in &model.tiers {
+                tier.pool.flush();
+                indexes.push(IndexDump {
+                    model: model.name.clone(),
+                    tier: tier.tier.name.clone(),
+                    events: tier.pool.index().dump(),
+                });
+            }
+        }
+        Contents {
+            taken_unix_ms: now_unix_ms(),
+            indexes,
+        }
+    }
+
+    /// Records a snapshot written at `taken_unix_ms`.
+    pub fn snapshot_written(&self, taken_unix_ms: u64) {
+        *self.snapshot_at.lock().unwrap() = Some(taken_unix_ms);
+    }
+
+    /// When the last snapshot was written or restored, in ms since the epoch.
+    pub fn snapshot_at(&self) -> Option<u64> {
+        *self.snapshot_at.lock().unwrap()
+    }
+
+    /// Starts following `config`'s engine: one subscriber per tier, each indexing that tier's
+    /// events into the engine's model. Sockets come up in the background.
+    pub fn add_engine(&self, config: EngineConfig, at_startup: bool) -> Result<(), EngineError> {
+        config
+            .check()
+            .map_err(|e| EngineError::Invalid(e.to_string()))?;
+        let key = config.key();
+        let mut engines = self.engines.lock().unwrap();
+        if engines.contains_key(&key) {
+            return Err(EngineError::Exists(key));
+        }
+        let model = self.model_or_create(&config.model);
+        let mut endpoint = EngineEndpoint::new(config.events.clone());
+        if let Some(replay) = &config.replay {
+            endpoint = endpoint.with_replay(replay.clone());
+        }
+        if let Some(id) = config.worker {
+            endpoint = endpoint.with_worker(id);
+        }
+        if let Some(rank) = config.dp_rank {
+            endpoint = endpoint.with_dp_rank(rank);
+        }
+        debug_assert_eq!(
+            endpoint.dp_rank,
+            config.dp_rank.map_or(DpRank::FromBatch, DpRank::Fixed)
+        );
+        let mut subscribers = Vec::with_capacity(model.tiers.len());
+        for tier in &model.tiers {
+            let subscriber_config = SubscriberConfig {
+                map: MapConfig {
+                    mediums: vec![tier.tier.name.clone()],
+                    ..MapConfig::default()
+                },
+                ..SubscriberConfig::default()
+            };
+            let pool = Arc::clone(&tier.pool);
+            let started = if config.worker.is_some() {
+                Subscriber::spawn(pool, [endpoint.clone()], subscriber_config)
+            } else {
+                let pods = Arc::clone(&self.pods);
+                let resolver = move |topic: &Topic<'_>| {
+                    let id = pod_worker_id(topic.pod);
+                    pods.lock()
+                        .unwrap()
+                        .entry(id)
+                        .or_insert_with(|| topic.pod.to_owned());
+                    Some(id)
+                };
+                Subscriber::spawn_with_resolver(
+                    pool,
+                    [endpoint.clone()],
+                    resolver,
+                    subscriber_config,
+                )
+            };
+            match started {
+                Ok(subscriber) => subscribers.push((tier.tier.name.clone(), subscriber)),
+                Err(error) => {
+                    // Those already started stop as they drop.
+                    return Err(EngineError::Invalid(error.to_string()));
+                }
+            }
+        }
+        engines.insert(
+            key,
+            Engine {
+                config,
+                subscribers,
+                at_startup,
+            },
+        );
+        Ok(())
+    }
+
+    /// Stops following the engine of worker `id` (if one is registered) and drops every block
+    /// of worker `id`, all ranks, from every index. `false` when the server knew neither an
+    /// engine nor a topic pod with that id. Blocks for up to about 50 ms per tier while the
+    /// engine's threads stop.
+    pub fn remove_worker(&self, id: u64) -> bool {
+        let engine = self.engines.lock().unwrap().remove(&id.to_string());
+        let known_pod = self.pods.lock().unwrap().remove(&id).is_some();
+        let found = engine.is_some() || known_pod;
+        if let Some(engine) = engine {
+            for (_, subscriber) in engine.subscribers {
+                subscriber.shutdown();
+            }
+        }
+        for model in self.models() {
+            for tier in &model.tiers {
+                tier.pool.remove_worker(id);
+            }
+        }
+        found
+    }
+
+    /// Every model's matches for `query`, scored across tiers; `None` for an unknown model.
+    pub fn query(&self, model: &Model, query: &[LocalHash]) -> QueryAnswer {
+        let mut by_worker: BTreeMap<Worker, Vec<u32>> = BTreeMap::new();
+        let tiers = model.tiers.len();
+        for (t, tier) in model.tiers.iter().enumerate() {
+            for (worker, depth) in tier.pool.find_matches(query).iter() {
+                by_worker.entry(worker).or_insert_with(|| vec![0; tiers])[t] = depth;
+            }
+        }
+        let mut workers: Vec<WorkerScore> = by_worker
+            .into_iter()
+            .map(|(worker, depths)| {
+                let (mut score, mut covered) = (0.0, 0);
+                for (tier, &depth) in model.tiers.iter().zip(&depths) {
+                    // Tiers are heaviest first: each block counts on the heaviest tier holding it.
+                    if depth > covered {
+                        score += f64::from(depth - covered) * tier.tier.weight;
+                        covered = depth;
+                    }
+                }
+                WorkerScore {
+                    worker: worker.id,
+                    dp_rank: worker.dp_rank,
+                    depth: covered,
+                    tiers: model
+                        .tiers
+                        .iter()
+                        .zip(&depths)
+                        .filter(|(_, d)| **d > 0)
+                        .map(|(t, d)| (t.tier.name.clone(), *d))
+                        .collect(),
+                    score,
+                }
+            })
+            .collect();
+        workers.sort_by(|a, b| {
+            b.score
+                .total_cmp(&a.score)
+                .then(b.depth.cmp(&a.depth))
+                .then((a.worker, a.dp_rank).cmp(&(b.worker, b.dp_rank)))
+        });
+        QueryAnswer {
+            model: model.name.clone(),
+            blocks: query.len(),
+            workers,
+        }
+    }
+
+    /// Ready: restoring is over and every engine given at startup has connected once. Stays
+    /// ready after that. Otherwise, what it waits for.
+    pub fn health(&self) -> Result<(), Vec<String>> {
+        if self.ready.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let mut waiting = Vec::new();
+        if !self.restored.load(Ordering::Acquire) {
+            waiting.push("restore".to_owned());
+        }
+        for (key, engine) in self.engines.lock().unwrap().iter() {
+            let connected = engine
+                .subscribers
+                .iter()
+                .all(|(_, s)| s.stats().connected > 0);
+            if engine.at_startup && !connected {
+                waiting.push(format!("engine {key}"));
+            }
+        }
+        if waiting.is_empty() {
+            self.ready.store(true, Ordering::Release);
+            Ok(())
+        } else {
+            Err(waiting)
+        }
+    }
+
+    /// The engines followed, with each tier's ingest counters and last problem.
+    pub fn engines(&self) -> Vec<EngineStatus> {
+        self.engines
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(key, engine)| EngineStatus {
+                key: key.clone(),
+                config: engine.config.clone(),
+                tiers: engine
+                    .subscribers
+                    .iter()
+                    .map(|(tier, s)| TierIngest {
+                        tier: tier.clone(),
+                        stats: s.stats(),
+                        last_problem: s.last_problem(),
+                    })
+                    .collect(),
+            })
+            .collect()
+    }
+
+    /// Pods named in topics, by worker id.
+    pub fn pods(&self) -> BTreeMap<u64, String> {
+        self.pods.lock().unwrap().clone()
+    }
+
+    /// Stops every engine (on shutdown, before the last snapshot).
+    pub fn stop_engines(&self) {
+        let engines = std::mem::take(&mut *self.engines.lock().unwrap());
+        for (_, engine) in engines {
+            for (_, subscriber) in engine.subscribers {
+                subscriber.shutdown();
+            }
+        }
+    }
+}
+
+/// An engine as `GET /workers` and the metrics see it.
+#[derive(Debug)]
+pub struct EngineStatus {
+    /// Its id (or event address).
+    pub key: String,
+    /// How it was configured.
+    pub config: EngineConfig,
+    /// Ingest per tier.
+    pub tiers: Vec<TierIngest>,
+}
+
+/// One tier's subscription to one engine.
+#[derive(Debug)]
+pub struct TierIngest {
+    /// The tier.
+    pub tier: String,
+    /// Its counters.
+    pub stats: IngestStats,
+    /// The last problem seen.
+    pub last_problem: Option<String>,
+}

@@ -1,0 +1,317 @@
+//! The real server binary on loopback, without engines: its state comes from snapshots written
+//! here, so every answer is known in advance. Every route, bad input, tiers, a corrupt
+//! snapshot, a snapshot written on SIGTERM, and a replica bootstrapped from a peer.
+
+mod support;
+
+use flash_indexer::{Block, Event, LocalHash, Worker, hash};
+use flash_indexer_server::snapshot::{self, Contents, IndexDump};
+use serde_json::{Value, json};
+use support::{Server, temp_dir};
+
+const BLOCK_SIZE: usize = 4;
+
+/// Tokens of a 6-block request, and its local hashes.
+fn request() -> (Vec<u32>, Vec<LocalHash>) {
+    let tokens: Vec<u32> = (100..124).collect();
+    let locals = hash::local_hashes(&tokens, BLOCK_SIZE);
+    (tokens, locals)
+}
+
+/// A chain of `n` blocks of `locals`, as one stored event of `worker`.
+fn stored(worker: Worker, locals: &[LocalHash], n: usize) -> Event {
+    let seqs = hash::seq_hashes(&locals[..n]);
+    let blocks = locals
+        .iter()
+        .zip(seqs)
+        .map(|(&l, s)| Block::new(l, s))
+        .collect();
+    Event::stored(worker, 0, None, blocks)
+}
+
+/// Model `m`: worker 1 holds 4 blocks on the GPU and 6 on the CPU; worker 2 holds 2 on the
+/// CPU; worker 3 holds 1 on disk.
+fn tiered_snapshot(dir: &std::path::Path) {
+    let (_, locals) = request();
+    let index = |tier: &str, events: Vec<Event>| IndexDump {
+        model: "m".into(),
+        tier: tier.into(),
+        events,
+    };
+    let contents = Contents {
+        taken_unix_ms: 1,
+        indexes: vec![
+            index("GPU", vec![stored(Worker::new(1, 0), &locals, 4)]),
+            index(
+                "CPU",
+                vec![
+                    stored(Worker::new(1, 0), &locals, 6),
+                    stored(Worker::new(2, 0), &locals, 2),
+                ],
+            ),
+            index("DISK", vec![stored(Worker::new(3, 0), &locals, 1)]),
+        ],
+    };
+    snapshot::write_atomic(dir, &snapshot::encode(&contents)).unwrap();
+}
+
+fn scores(answer: &Value) -> Vec<(u64, u64, f64)> {
+    answer["workers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| {
+            (
+                w["worker"].as_u64().unwrap(),
+                w["depth"].as_u64().unwrap(),
+                w["score"].as_f64().unwrap(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn queries_score_every_tier_and_bad_input_gets_a_4xx() {
+    let dir = temp_dir("routes");
+    tiered_snapshot(&dir);
+    let server = Server::start(
+        &dir,
+        "server",
+        &[
+            "--snapshot-dir",
+            dir.to_str().unwrap(),
+            "--block-size",
+            "4",
+            "--max-request-bytes",
+            "2000",
+        ],
+    );
+    server.wait_ready();
+    let (tokens, locals) = request();
+
+    // Tiers: each block counts once, on the heaviest tier holding it (GPU 1, CPU 0.75, disk 0.25).
+    let (status, answer) = server.post("/query", &json!({ "model": "m", "tokens": tokens }));
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["blocks"], 6);
+    assert_eq!(
+        scores(&answer),
+        [(1, 6, 4.0 + 2.0 * 0.75), (2, 2, 1.5), (3, 1, 0.25)]
+    );
+    assert_eq!(answer["workers"][0]["tiers"], json!({ "GPU": 4, "CPU": 6 }));
+    // The same request as local hashes, and the model implied (there is only one).
+    let raw: Vec<u64> = locals.iter().map(|l| l.0).collect();
+    let (status, same) = server.post("/query", &json!({ "local_hashes": raw }));
+    assert_eq!((status, &same), (200, &answer));
+    // Another LoRA adapter hashes the same tokens apart: nobody holds them.
+    let (_, lora) = server.post("/query", &json!({ "tokens": tokens, "lora": "alice" }));
+    assert_eq!(lora["workers"], json!([]));
+    // A request shorter than a block has no blocks.
+    let (_, short) = server.post("/query", &json!({ "tokens": [1, 2, 3] }));
+    assert_eq!(
+        (short["blocks"].as_u64(), short["workers"].clone()),
+        (Some(0), json!([]))
+    );
+
+    // Bad input: status and a message saying what was wrong.
+    let bad = |status: u16, answer: (u16, Value), says: &str| {
+        assert_eq!(answer.0, status, "{}", answer.1);
+        let message = answer.1["error"].as_str().unwrap_or_default().to_owned();
+        assert!(
+            message.contains(says),
+            "{message:?} should mention {says:?}"
+        );
+    };
+    bad(
+        400,
+        server.post_raw("/query", "application/json", b"{\"tokens\": [1,"),
+        "",
+    );
+    bad(
+        415,
+        server.post_raw("/query", "text/plain", b"{}"),
+        "Content-Type",
+    );
+    bad(
+        422,
+        server.post("/query", &json!({ "tokens": [1], "colour": 1 })),
+        "colour",
+    );
+    bad(422, server.post("/query", &json!({ "tokens": [-1] })), "");
+    bad(
+        400,
+        server.post("/query", &json!({ "tokens": [1], "local_hashes": [1] })),
+        "not both",
+    );
+    bad(400, server.post("/query", &json!({ "model": "m" })), "give");
+    bad(
+        400,
+        server.post("/query", &json!({ "local_hashes": [1], "lora": "x" })),
+        "lora",
+    );
+    bad(
+        404,
+        server.post("/query", &json!({ "model": "nope", "tokens": [1] })),
+        "unknown model",
+    );
+    let huge = json!({ "tokens": vec![7u32; 1000] });
+    bad(413, server.post("/query", &huge), "");
+    bad(404, server.get_json("/nowhere"), "no such route");
+    bad(
+        400,
+        server.post("/workers", &json!({ "events": "tcp://127.0.0.1:1" })),
+        "worker",
+    );
+    bad(
+        400,
+        server.post("/workers", &json!({ "events": "udp://x:1", "worker": 5 })),
+        "udp",
+    );
+    bad(
+        422,
+        server.post("/workers", &json!({ "events": 5, "worker": 5 })),
+        "",
+    );
+    assert_eq!(server.delete("/workers/abc"), 400);
+    assert_eq!(server.delete("/workers/12345"), 404);
+
+    // Engines registered and removed at run time (nothing listens there: it stays unconnected).
+    let engine = json!({ "events": "tcp://127.0.0.1:9", "worker": 5, "model": "m" });
+    assert_eq!(server.post("/workers", &engine).0, 201);
+    bad(409, server.post("/workers", &engine), "already");
+    let (status, workers) = server.get_json("/workers");
+    assert_eq!(status, 200);
+    assert_eq!(workers["engines"][0]["engine"]["worker"], 5);
+    assert_eq!(workers["engines"][0]["ingest"]["GPU"]["connected"], 0);
+    let cpu = &workers["models"][0]["tiers"][1];
+    assert_eq!(
+        (cpu["tier"].as_str(), cpu["workers"].as_u64()),
+        (Some("CPU"), Some(2))
+    );
+    assert_eq!(server.delete("/workers/5"), 204);
+    assert_eq!(server.delete("/workers/5"), 404);
+
+    // Metrics: what was served and what is held.
+    let (status, metrics) = server.get("/metrics");
+    assert_eq!(status, 200);
+    for line in [
+        "flash_indexer_queries_total{model=\"m\"} 4",
+        "flash_indexer_workers{model=\"m\",tier=\"CPU\"} 2",
+        "flash_indexer_query_duration_seconds_bucket",
+        "flash_indexer_resident_bytes",
+        "flash_indexer_snapshot_age_seconds",
+        "flash_indexer_http_errors_total{status=\"422\"} 3",
+    ] {
+        assert!(metrics.contains(line), "no {line:?} in\n{metrics}");
+    }
+
+    // The dump is a snapshot of the same state.
+    let (status, bytes) = server.get_bytes("/dump");
+    assert_eq!(status, 200);
+    let dumped = snapshot::decode(&bytes).unwrap();
+    let events: usize = dumped.indexes.iter().map(|i| i.events.len()).sum();
+    assert_eq!((dumped.indexes.len(), events), (3, 4));
+    server.terminate();
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_corrupt_snapshot_is_reported_and_survived_and_sigterm_saves_a_good_one() {
+    let dir = temp_dir("corrupt");
+    tiered_snapshot(&dir);
+    let path = snapshot::path_in(&dir);
+    let mut bytes = std::fs::read(&path).unwrap();
+    let last = bytes.len() - 1;
+    bytes[last] ^= 0x20;
+    std::fs::write(&path, &bytes).unwrap();
+
+    let server = Server::start(&dir, "server", &["--snapshot-dir", dir.to_str().unwrap()]);
+    server.wait_ready();
+    let log = server.log();
+    assert!(
+        log.contains("snapshot unusable") && log.contains("checksum"),
+        "the log should name the damage: {log}"
+    );
+    let moved_aside = std::fs::read_dir(&dir)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .any(|e| e.file_name().to_string_lossy().contains("corrupt-"));
+    assert!(
+        moved_aside,
+        "the corrupt snapshot is kept aside for inspection"
+    );
+    let (status, answer) = server.post("/query", &json!({ "model": "m", "tokens": [1, 2] }));
+    assert_eq!(status, 404, "started empty: {answer}");
+    server.terminate();
+    // SIGTERM wrote a good (empty) snapshot.
+    assert!(snapshot::read(&dir).unwrap().unwrap().indexes.is_empty());
+
+    // Something that is not a snapshot at all, and a snapshot of a future format.
+    std::fs::write(&path, b"hello").unwrap();
+    let server = Server::start(&dir, "second", &["--snapshot-dir", dir.to_str().unwrap()]);
+    server.wait_ready();
+    assert!(
+        server.log().contains("not a flash-indexer snapshot"),
+        "{}",
+        server.log()
+    );
+    drop(server);
+    let mut future = snapshot::encode(&Contents::default());
+    future[8] = 2;
+    std::fs::write(&path, &future).unwrap();
+    let server = Server::start(&dir, "third", &["--snapshot-dir", dir.to_str().unwrap()]);
+    server.wait_ready();
+    assert!(
+        server.log().contains("snapshot format 2"),
+        "{}",
+        server.log()
+    );
+    drop(server);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_replica_bootstraps_from_its_peer_and_answers_alike() {
+    let dir = temp_dir("peer");
+    tiered_snapshot(&dir);
+    let first = Server::start(
+        &dir,
+        "first",
+        &["--snapshot-dir", dir.to_str().unwrap(), "--block-size", "4"],
+    );
+    first.wait_ready();
+    let second = Server::start(&dir, "second", &["--peer", &first.url, "--block-size", "4"]);
+    second.wait_ready();
+    assert!(second.log().contains("index restored"), "{}", second.log());
+    let (tokens, _) = request();
+    for n in 0..=tokens.len() {
+        let query = json!({ "model": "m", "tokens": tokens[..n] });
+        assert_eq!(first.post("/query", &query), second.post("/query", &query));
+    }
+    // A peer that is not there: reported, and the replica starts empty.
+    let lone = Server::start(&dir, "lone", &["--peer", "http://127.0.0.1:9"]);
+    lone.wait_ready();
+    assert!(
+        lone.log().contains("bootstrap from the peer failed"),
+        "{}",
+        lone.log()
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn bad_command_lines_exit_with_a_message() {
+    for (args, says) in [
+        (&["--engine", "udp://x:1"][..], "udp://x:1"),
+        (&["--config", "/nonexistent/flash.toml"][..], "cannot read"),
+        (&["--listen", "not-an-address"][..], "invalid value"),
+        (&["--layout", "btree"][..], "btree"),
+    ] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_flash-indexer-server"))
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{args:?} started");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains(says), "{args:?}: {stderr}");
+    }
+}

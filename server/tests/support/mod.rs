@@ -1,0 +1,184 @@
+//! Starting the real server binary on loopback and talking HTTP to it. Each test file uses a
+//! part of it.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+/// A running `flash-indexer-server`, killed when dropped.
+pub struct Server {
+    child: Child,
+    /// `http://127.0.0.1:PORT`.
+    pub url: String,
+    stderr: PathBuf,
+    agent: ureq::Agent,
+}
+
+/// A fresh directory under the system's temporary one.
+pub fn temp_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "fis-{name}-{}-{}",
+        std::process::id(),
+        Instant::now().elapsed().as_nanos()
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+impl Server {
+    /// Starts the server with `args` (and `--listen 127.0.0.1:0`), logging to `logs/NAME.log`
+    /// of `dir`, and waits until it listens.
+    pub fn start(dir: &Path, name: &str, args: &[&str]) -> Server {
+        let stderr = dir.join(format!("{name}.log"));
+        let mut child = Command::new(env!("CARGO_BIN_EXE_flash-indexer-server"))
+            .args(["--listen", "127.0.0.1:0"])
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(&stderr).unwrap())
+            .stdin(Stdio::null())
+            .spawn()
+            .expect("the server binary runs");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let url = line
+            .trim()
+            .strip_prefix("listening on ")
+            .unwrap_or_else(|| {
+                panic!(
+                    "the server did not start: {line:?}; log: {}",
+                    std::fs::read_to_string(&stderr).unwrap_or_default()
+                )
+            })
+            .to_owned();
+        let agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_global(Some(Duration::from_secs(60)))
+            .build()
+            .into();
+        Server {
+            child,
+            url,
+            stderr,
+            agent,
+        }
+    }
+
+    /// What the server logged so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.stderr).unwrap_or_default()
+    }
+
+    /// `GET path`: status and body.
+    pub fn get(&self, path: &str) -> (u16, String) {
+        let mut response = self
+            .agent
+            .get(format!("{}{path}", self.url))
+            .call()
+            .unwrap();
+        let body = response.body_mut().read_to_string().unwrap();
+        (response.status().as_u16(), body)
+    }
+
+    /// `GET path` as bytes.
+    pub fn get_bytes(&self, path: &str) -> (u16, Vec<u8>) {
+        let mut response = self
+            .agent
+            .get(format!("{}{path}", self.url))
+            .call()
+            .unwrap();
+        let body = response
+            .body_mut()
+            .with_config()
+            .limit(1 << 30)
+            .read_to_vec()
+            .unwrap();
+        (response.status().as_u16(), body)
+    }
+
+    /// `GET path` as JSON.
+    pub fn get_json(&self, path: &str) -> (u16, Value) {
+        let (status, body) = self.get(path);
+        (
+            status,
+            serde_json::from_str(&body).unwrap_or(Value::String(body)),
+        )
+    }
+
+    /// `POST path` with `body` and `content_type`: status and body as JSON (or as a string).
+    pub fn post_raw(&self, path: &str, content_type: &str, body: &[u8]) -> (u16, Value) {
+        let mut response = self
+            .agent
+            .post(format!("{}{path}", self.url))
+            .header("content-type", content_type)
+            .send(body)
+            .unwrap();
+        let text = response.body_mut().read_to_string().unwrap();
+        let value = serde_json::from_str(&text).unwrap_or(Value::String(text));
+        (response.status().as_u16(), value)
+    }
+
+    /// `POST path` with a JSON body.
+    pub fn post(&self, path: &str, body: &Value) -> (u16, Value) {
+        self.post_raw(path, "application/json", body.to_string().as_bytes())
+    }
+
+    /// `DELETE path`: the status.
+    pub fn delete(&self, path: &str) -> u16 {
+        let response = self
+            .agent
+            .delete(format!("{}{path}", self.url))
+            .call()
+            .unwrap();
+        response.status().as_u16()
+    }
+
+    /// Waits until `GET /health` says ready.
+    pub fn wait_ready(&self) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let (status, body) = self.get("/health");
+            if status == 200 {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "not ready after 60 s: {body}; log: {}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// SIGTERM, then waits for a clean exit.
+    pub fn terminate(mut self) {
+        let pid = self.child.id().to_string();
+        let killed = Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+        assert!(killed.success());
+        let status = self.child.wait().unwrap();
+        assert!(
+            status.success(),
+            "exit after SIGTERM: {status}; log: {}",
+            self.log()
+        );
+    }
+
+    /// SIGKILL: no chance to save anything.
+    pub fn kill_9(mut self) {
+        self.child.kill().unwrap();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
