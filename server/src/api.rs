@@ -30,7 +30,7 @@ use serde_json::{Value, json};
 
 use crate::config::EngineConfig;
 use crate::metrics::QUERY_SECONDS;
-use crate::service::{EngineError, Service};
+use crate::service::{EngineError, QueryAnswer, Service};
 use crate::snapshot;
 
 /// What the routes share.
@@ -112,7 +112,7 @@ struct QueryRequest {
 async fn query(
     State(app): State<App>,
     body: Result<Json<QueryRequest>, JsonRejection>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<QueryAnswer>, ApiError> {
     let Json(request) = body?;
     let service = &app.service;
     let model = match &request.model {
@@ -157,9 +157,7 @@ async fn query(
     let labels = [("model", model.name.clone())];
     histogram!(QUERY_SECONDS, &labels).record(start.elapsed().as_secs_f64());
     counter!("flash_indexer_queries_total", &labels).increment(1);
-    Ok(Json(
-        serde_json::to_value(answer).expect("answers serialize"),
-    ))
+    Ok(Json(answer))
 }
 
 fn model_names(service: &Service) -> Vec<String> {

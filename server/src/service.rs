@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use flash_indexer::ingest::{
-    DpRank, EngineEndpoint, IngestStats, MapConfig, Subscriber, SubscriberConfig, Topic,
+    EngineEndpoint, IngestStats, MapConfig, Subscriber, SubscriberConfig, Topic,
 };
 use flash_indexer::pool::{PoolConfig, WriterPool};
 use flash_indexer::{
@@ -290,10 +290,6 @@ impl Service {
         if let Some(rank) = config.dp_rank {
             endpoint = endpoint.with_dp_rank(rank);
         }
-        debug_assert_eq!(
-            endpoint.dp_rank,
-            config.dp_rank.map_or(DpRank::FromBatch, DpRank::Fixed)
-        );
         let mut subscribers = Vec::with_capacity(model.tiers.len());
         for tier in &model.tiers {
             let subscriber_config = SubscriberConfig {
@@ -363,7 +359,7 @@ impl Service {
         found
     }
 
-    /// Every model's matches for `query`, scored across tiers; `None` for an unknown model.
+    /// `model`'s matches for `query`: each worker's depth per tier, scored across tiers.
     pub fn query(&self, model: &Model, query: &[LocalHash]) -> QueryAnswer {
         let mut by_worker: BTreeMap<Worker, Vec<u32>> = BTreeMap::new();
         let tiers = model.tiers.len();
