@@ -215,7 +215,7 @@ async fn list_workers(State(app): State<App>) -> Json<Value> {
     let pods: serde_json::Map<String, Value> = service
         .pods()
         .into_iter()
-        .map(|(id, pod)| (id.to_string(), Value::String(pod)))
+        .map(|(id, pod)| (id.to_string(), json!(pod)))
         .collect();
     Json(json!({ "engines": engines, "pods": pods, "models": models }))
 }

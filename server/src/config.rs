@@ -69,7 +69,8 @@ pub struct Cli {
     /// Repeatable.
     #[arg(long = "engine", value_name = "[ID=]EVENTS[+REPLAY]")]
     pub engines: Vec<String>,
-    /// The model of the `--engine`s given on the command line [default: default].
+    /// The model of the `--engine`s given on the command line [default: the topic's model for
+    /// engines without an id, else `default`].
     #[arg(long, value_name = "NAME")]
     pub model: Option<String>,
     /// Block size of models the configuration does not describe [default: 16].
@@ -164,13 +165,10 @@ pub struct EngineConfig {
     /// A fixed data-parallel rank, for engines that publish each rank on its own socket.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dp_rank: Option<u32>,
-    /// The model its events are indexed under.
-    #[serde(default = "default_model")]
-    pub model: String,
-}
-
-fn default_model() -> String {
-    DEFAULT_MODEL.to_owned()
+    /// The model its events are indexed under. Without one: the model named in each message's
+    /// topic (`kv@POD@MODEL`) when the worker comes from the topic too, else `default`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
 }
 
 impl EngineConfig {
@@ -179,11 +177,11 @@ impl EngineConfig {
     /// ```
     /// use flash_indexer_server::config::EngineConfig;
     ///
-    /// let e = EngineConfig::parse("3=tcp://h:5557+tcp://h:5558", "m").unwrap();
+    /// let e = EngineConfig::parse("3=tcp://h:5557+tcp://h:5558", Some("m")).unwrap();
     /// assert_eq!((e.worker, e.events.as_str(), e.replay.as_deref()), (Some(3), "tcp://h:5557", Some("tcp://h:5558")));
-    /// assert!(EngineConfig::parse("x=tcp://h:1", "m").is_err());
+    /// assert!(EngineConfig::parse("x=tcp://h:1", None).is_err());
     /// ```
-    pub fn parse(spec: &str, model: &str) -> Result<EngineConfig, ConfigError> {
+    pub fn parse(spec: &str, model: Option<&str>) -> Result<EngineConfig, ConfigError> {
         let bad = |reason: &str| ConfigError::Engine {
             spec: spec.to_owned(),
             reason: reason.to_owned(),
@@ -206,7 +204,7 @@ impl EngineConfig {
             replay,
             worker,
             dp_rank: None,
-            model: model.to_owned(),
+            model: model.map(str::to_owned),
         };
         engine.check()?;
         Ok(engine)
@@ -227,10 +225,19 @@ impl EngineConfig {
                 return Err(bad(format!("{address:?} has nothing after the scheme")));
             }
         }
-        if self.model.is_empty() {
+        if self.model.as_deref() == Some("") {
             return Err(bad("the model name is empty".to_owned()));
         }
         Ok(())
+    }
+
+    /// The model every event of this engine goes to; `None` when each message's topic names it.
+    pub fn fixed_model(&self) -> Option<&str> {
+        match (&self.model, self.worker) {
+            (Some(model), _) => Some(model),
+            (None, Some(_)) => Some(DEFAULT_MODEL),
+            (None, None) => None,
+        }
     }
 
     /// The name the server knows the engine by: its worker id, or its event address when
@@ -284,10 +291,9 @@ impl Settings {
             Some(path) => read_file(path)?,
             None => FileConfig::default(),
         };
-        let model = cli.model.clone().unwrap_or_else(default_model);
         let mut engines = file.engines;
         for spec in &cli.engines {
-            engines.push(EngineConfig::parse(spec, &model)?);
+            engines.push(EngineConfig::parse(spec, cli.model.as_deref())?);
         }
         for engine in &engines {
             engine.check()?;
@@ -471,7 +477,10 @@ mod tests {
         assert_eq!(s.engines.len(), 2);
         assert_eq!(s.engines[0].worker, None);
         assert_eq!(s.engines[1].worker, Some(7));
-        assert_eq!(s.engines[1].model, "m");
+        assert_eq!(s.engines[1].fixed_model(), Some("m"));
+        let s = settings(&["--engine", "tcp://a:1", "--engine", "7=tcp://a:2"]).unwrap();
+        assert_eq!(s.engines[0].fixed_model(), None, "the topic names it");
+        assert_eq!(s.engines[1].fixed_model(), Some(DEFAULT_MODEL));
         assert!(settings(&["--engine", "udp://a:1"]).is_err());
         assert!(settings(&["--engine", "tcp://"]).is_err());
     }

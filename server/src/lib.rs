@@ -5,6 +5,7 @@
 //!
 //! - [`config`]: the command line and TOML file;
 //! - [`service`]: one index per model and storage tier, the engines feeding them, scoring;
+//! - [`routing`]: events of engines whose topics name the model, to that model;
 //! - [`api`]: the HTTP routes;
 //! - [`snapshot`]: the versioned, checksummed snapshot format and its atomic writes;
 //! - [`metrics`]: Prometheus metrics;
@@ -13,6 +14,7 @@
 pub mod api;
 pub mod config;
 pub mod metrics;
+pub mod routing;
 pub mod run;
 pub mod service;
 pub mod snapshot;

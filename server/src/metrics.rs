@@ -69,7 +69,10 @@ fn observe(service: &Service) {
         for tier in &engine.tiers {
             let labels = [
                 ("engine", engine.key.clone()),
-                ("model", engine.config.model.clone()),
+                (
+                    "model",
+                    engine.config.fixed_model().unwrap_or("(topics)").to_owned(),
+                ),
                 ("tier", tier.tier.clone()),
             ];
             let s = &tier.stats;
@@ -134,7 +137,7 @@ fn backlogs(service: &Service) -> Vec<(String, String, u64)> {
         for tier in &model.tiers {
             let submitted: u64 = engines
                 .iter()
-                .filter(|e| e.config.model == model.name)
+                .filter(|e| e.config.fixed_model() == Some(model.name.as_str()))
                 .flat_map(|e| &e.tiers)
                 .filter(|t| t.tier == tier.tier.name)
                 .map(|t| t.stats.events)

@@ -17,6 +17,7 @@ use serde::Serialize;
 use xxhash_rust::xxh3::xxh3_64;
 
 use crate::config::{EngineConfig, LayoutChoice, Settings, Tier};
+use crate::routing::TopicRouter;
 use crate::snapshot::{Contents, IndexDump};
 
 /// An index the server can run: any layout, with what its metrics need.
@@ -102,8 +103,8 @@ pub struct Service {
     settings: Settings,
     models: RwLock<BTreeMap<String, Arc<Model>>>,
     engines: Mutex<BTreeMap<String, Engine>>,
-    /// Pods named in topics, by the worker id they were given.
-    pods: Arc<Mutex<BTreeMap<u64, String>>>,
+    /// Pods named in topics, by the worker id they were given, with the model the topic named.
+    pods: Arc<Mutex<BTreeMap<u64, TopicPod>>>,
     restored: AtomicBool,
     ready: AtomicBool,
     /// When the index was last saved to (or restored from) a snapshot, in ms since the epoch.
@@ -126,6 +127,15 @@ impl std::fmt::Display for EngineError {
             EngineError::Invalid(why) => f.write_str(why),
         }
     }
+}
+
+/// A pod named in message topics.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct TopicPod {
+    /// Its name.
+    pub pod: String,
+    /// The model its topic named.
+    pub model: String,
 }
 
 /// The worker id of a pod named in message topics: the same in every replica and across
@@ -158,7 +168,10 @@ impl Service {
             .models
             .keys()
             .cloned()
-            .chain(service.settings.engines.iter().map(|e| e.model.clone()))
+            .chain(
+                (service.settings.engines.iter())
+                    .filter_map(|e| e.fixed_model().map(str::to_owned)),
+            )
             .collect();
         for name in names {
             service.model_or_create(&name);
@@ -270,7 +283,11 @@ impl Service {
 
     /// Starts following `config`'s engine: one subscriber per tier, each indexing that tier's
     /// events into the engine's model. Sockets come up in the background.
-    pub fn add_engine(&self, config: EngineConfig, at_startup: bool) -> Result<(), EngineError> {
+    pub fn add_engine(
+        self: &Arc<Self>,
+        config: EngineConfig,
+        at_startup: bool,
+    ) -> Result<(), EngineError> {
         config
             .check()
             .map_err(|e| EngineError::Invalid(e.to_string()))?;
@@ -279,7 +296,7 @@ impl Service {
         if engines.contains_key(&key) {
             return Err(EngineError::Exists(key));
         }
-        let model = self.model_or_create(&config.model);
+        let model = config.fixed_model().map(|name| self.model_or_create(name));
         let mut endpoint = EngineEndpoint::new(config.events.clone());
         if let Some(replay) = &config.replay {
             endpoint = endpoint.with_replay(replay.clone());
@@ -290,26 +307,36 @@ impl Service {
         if let Some(rank) = config.dp_rank {
             endpoint = endpoint.with_dp_rank(rank);
         }
-        let mut subscribers = Vec::with_capacity(model.tiers.len());
-        for tier in &model.tiers {
+        let mut subscribers = Vec::with_capacity(self.settings.tiers.len());
+        for (t, tier) in self.settings.tiers.iter().enumerate() {
             let subscriber_config = SubscriberConfig {
                 map: MapConfig {
-                    mediums: vec![tier.tier.name.clone()],
+                    mediums: vec![tier.name.clone()],
                     ..MapConfig::default()
                 },
                 ..SubscriberConfig::default()
             };
-            let pool = Arc::clone(&tier.pool);
+            let pool = match &model {
+                Some(model) => Arc::clone(&model.tiers[t].pool),
+                None => {
+                    let router: Arc<dyn ServedIndex> = Arc::new(TopicRouter::new(self, t));
+                    let one_writer = PoolConfig {
+                        threads: 1,
+                        ..PoolConfig::default()
+                    };
+                    Arc::new(WriterPool::new(router, one_writer))
+                }
+            };
             let started = if config.worker.is_some() {
                 Subscriber::spawn(pool, [endpoint.clone()], subscriber_config)
             } else {
                 let pods = Arc::clone(&self.pods);
                 let resolver = move |topic: &Topic<'_>| {
                     let id = pod_worker_id(topic.pod);
-                    pods.lock()
-                        .unwrap()
-                        .entry(id)
-                        .or_insert_with(|| topic.pod.to_owned());
+                    pods.lock().unwrap().entry(id).or_insert_with(|| TopicPod {
+                        pod: topic.pod.to_owned(),
+                        model: topic.model.to_owned(),
+                    });
                     Some(id)
                 };
                 Subscriber::spawn_with_resolver(
@@ -320,7 +347,7 @@ impl Service {
                 )
             };
             match started {
-                Ok(subscriber) => subscribers.push((tier.tier.name.clone(), subscriber)),
+                Ok(subscriber) => subscribers.push((tier.name.clone(), subscriber)),
                 Err(error) => {
                     // Those already started stop as they drop.
                     return Err(EngineError::Invalid(error.to_string()));
@@ -457,8 +484,13 @@ impl Service {
     }
 
     /// Pods named in topics, by worker id.
-    pub fn pods(&self) -> BTreeMap<u64, String> {
+    pub fn pods(&self) -> BTreeMap<u64, TopicPod> {
         self.pods.lock().unwrap().clone()
+    }
+
+    /// The model the topic of worker `id` named, if a topic named it.
+    pub fn topic_model(&self, id: u64) -> Option<String> {
+        self.pods.lock().unwrap().get(&id).map(|p| p.model.clone())
     }
 
     /// Stops every engine (on shutdown, before the last snapshot).

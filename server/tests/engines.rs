@@ -13,6 +13,7 @@ use std::io::{BufRead, BufReader, Lines};
 use std::process::{Child, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use flash_indexer_server::service::pod_worker_id;
 use serde_json::{Value, json};
 use support::{Server, temp_dir};
 
@@ -20,8 +21,8 @@ use support::{Server, temp_dir};
 struct Publisher {
     child: Child,
     lines: Lines<BufReader<ChildStdout>>,
-    /// `--engine` arguments for its pods: pod `i` is worker `i + 1`.
-    engines: Vec<String>,
+    /// Each pod's event and replay addresses.
+    pods: Vec<(String, String)>,
 }
 
 impl Publisher {
@@ -39,38 +40,45 @@ impl Publisher {
             .expect("python3 must run (with pyzmq and msgspec installed)");
         let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
         let first: Value = serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
-        let engines = first["pods"]
+        let pods = first["pods"]
             .as_array()
             .unwrap()
             .iter()
-            .enumerate()
-            .map(|(i, pod)| {
-                let (events, replay) = (pod["events"].as_str(), pod["replay"].as_str());
-                format!("{}={}+{}", i + 1, events.unwrap(), replay.unwrap())
+            .map(|pod| {
+                let address = |key: &str| pod[key].as_str().unwrap().to_owned();
+                (address("events"), address("replay"))
             })
             .collect();
-        Publisher {
-            child,
-            lines,
-            engines,
-        }
+        Publisher { child, lines, pods }
     }
 
-    /// Waits for the end of publishing: what every rank holds.
-    fn done(&mut self) -> Caches {
+    /// Waits for the end of publishing: what every rank holds, pod `i` as worker `worker(i)`.
+    fn done(&mut self, worker: impl Fn(u64) -> u64) -> Caches {
         for line in self.lines.by_ref() {
             let message: Value = serde_json::from_str(&line.unwrap()).unwrap();
             if let Some(done) = message.get("done") {
-                return Caches::from_held(&done["held"]);
+                return Caches::from_held(&done["held"], worker);
             }
         }
         panic!("the publisher ended without saying it was done");
     }
 
-    fn engine_args(&self) -> Vec<&str> {
-        self.engines
-            .iter()
-            .flat_map(|e| ["--engine", e.as_str()])
+    /// `--engine` arguments naming pod `i` worker `i + 1`.
+    fn engine_args(&self) -> Vec<String> {
+        (self.pods.iter().enumerate())
+            .flat_map(|(i, (events, replay))| {
+                [
+                    "--engine".to_owned(),
+                    format!("{}={events}+{replay}", i + 1),
+                ]
+            })
+            .collect()
+    }
+
+    /// `--engine` arguments leaving worker and model to the topics.
+    fn topic_engine_args(&self) -> Vec<String> {
+        (self.pods.iter())
+            .flat_map(|(events, replay)| ["--engine".to_owned(), format!("{events}+{replay}")])
             .collect()
     }
 }
@@ -94,15 +102,12 @@ struct Caches {
 }
 
 impl Caches {
-    fn from_held(held: &Value) -> Caches {
+    fn from_held(held: &Value, worker: impl Fn(u64) -> u64) -> Caches {
         let mut ranks = Vec::new();
         let mut chains = Vec::new();
         for (key, blocks) in held.as_object().unwrap() {
             let (pod, rank) = key.split_once('/').unwrap();
-            let worker = (
-                pod.parse::<u64>().unwrap() + 1,
-                rank.parse::<u32>().unwrap(),
-            );
+            let worker = (worker(pod.parse().unwrap()), rank.parse::<u32>().unwrap());
             let mut by_seq: HashMap<u64, BlockKey> = HashMap::new();
             for block in blocks.as_array().unwrap() {
                 let tokens: Vec<u32> = serde_json::from_value(block[2].clone()).unwrap();
@@ -161,7 +166,7 @@ impl Caches {
     }
 
     /// 1,000 queries: every chain, and chains cut short or run on past what anyone holds.
-    fn queries(&self, n: usize) -> Vec<Value> {
+    fn queries(&self, n: usize, model: &str) -> Vec<Value> {
         let mut state = 0x9e37_79b9_7f4a_7c15u64;
         let mut next = move || {
             state ^= state << 13;
@@ -180,7 +185,7 @@ impl Caches {
                 }
                 _ => tokens.extend((0..16).map(|_| next() as u32 % 50_000)),
             }
-            let mut query = json!({ "model": "default", "tokens": tokens });
+            let mut query = json!({ "model": model, "tokens": tokens });
             if let Some(lora) = lora {
                 query["lora"] = json!(lora);
             }
@@ -250,6 +255,7 @@ fn two_replicas_agree_on_1000_queries_and_with_the_engines() {
         "empty",
     ]);
     let engines = publisher.engine_args();
+    let engines: Vec<&str> = engines.iter().map(String::as_str).collect();
     let first = Server::start(&dir, "first", &engines);
     first.wait_ready();
     // The second bootstraps from the first while the engines publish, then follows them itself.
@@ -259,8 +265,8 @@ fn two_replicas_agree_on_1000_queries_and_with_the_engines() {
     let second = Server::start(&dir, "second", &args);
     second.wait_ready();
     assert!(second.log().contains("index restored"), "{}", second.log());
-    let caches = publisher.done();
-    let queries = caches.queries(1000);
+    let caches = publisher.done(|pod| pod + 1);
+    let queries = caches.queries(1000, "default");
     settle(&first, &caches, &queries, "first");
     settle(&second, &caches, &queries, "second");
     for query in &queries {
@@ -299,7 +305,8 @@ fn after_kill_9_a_restart_restores_the_snapshot_and_catches_up() {
         "--snapshot-interval",
         "1",
     ];
-    args.extend(publisher.engine_args());
+    let engines = publisher.engine_args();
+    args.extend(engines.iter().map(String::as_str));
     let server = Server::start(&dir, "before", &args);
     server.wait_ready();
     // Wait for a periodic snapshot with something in it, then kill without warning.
@@ -330,13 +337,41 @@ fn after_kill_9_a_restart_restores_the_snapshot_and_catches_up() {
         "restored nothing: {restored}"
     );
     server.wait_ready();
-    let caches = publisher.done();
-    let queries = caches.queries(1000);
+    let caches = publisher.done(|pod| pod + 1);
+    let queries = caches.queries(1000, "default");
     settle(&server, &caches, &queries, "restarted");
     let (_, metrics) = server.get("/metrics");
     assert!(
         metrics.contains("flash_indexer_snapshot_age_seconds"),
         "{metrics}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+#[ignore = "needs python3 with pyzmq and msgspec (pip install pyzmq msgspec); .ci/run runs it"]
+fn topics_name_the_worker_and_the_model() {
+    let dir = temp_dir("topics");
+    let mut publisher =
+        Publisher::start(&["--pods", "2", "--batches", "300", "--interval", "0.004"]);
+    let engines = publisher.topic_engine_args();
+    let engines: Vec<&str> = engines.iter().map(String::as_str).collect();
+    let server = Server::start(&dir, "server", &engines);
+    server.wait_ready();
+    let caches = publisher.done(|pod| pod_worker_id(&format!("pod-{pod}")));
+    let queries = caches.queries(300, "test-model");
+    settle(&server, &caches, &queries, "topics");
+    let (_, workers) = server.get_json("/workers");
+    let pod = &workers["pods"][pod_worker_id("pod-0").to_string()];
+    assert_eq!(
+        *pod,
+        json!({ "pod": "pod-0", "model": "test-model" }),
+        "{workers}"
+    );
+    let (status, answer) = server.post("/query", &json!({ "model": "default", "tokens": [1] }));
+    assert_eq!(
+        status, 404,
+        "events went to the topics' model only: {answer}"
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }

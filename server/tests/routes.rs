@@ -315,3 +315,20 @@ fn bad_command_lines_exit_with_a_message() {
         assert!(stderr.contains(says), "{args:?}: {stderr}");
     }
 }
+
+#[test]
+fn health_waits_for_every_startup_engine() {
+    let dir = temp_dir("health");
+    // Nothing listens on port 9: the engine never connects.
+    let server = Server::start(&dir, "server", &["--engine", "1=tcp://127.0.0.1:9"]);
+    let (status, body) = server.get_json("/health");
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(
+        body,
+        json!({ "status": "starting", "waiting_for": ["engine 1"] })
+    );
+    // The index answers meanwhile, from whatever it holds (nothing yet).
+    let (status, answer) = server.post("/query", &json!({ "tokens": [1] }));
+    assert_eq!((status, answer["workers"].clone()), (200, json!([])));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
