@@ -7,7 +7,7 @@
 use metrics::{counter, gauge};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
-use crate::service::{Service, now_unix_ms};
+use crate::service::{EngineStatus, Service, now_unix_ms};
 
 /// The query latency histogram.
 pub const QUERY_SECONDS: &str = "flash_indexer_query_duration_seconds";
@@ -65,7 +65,8 @@ fn observe(service: &Service) {
             gauge!("flash_indexer_entries", &labels).set(index.entries() as f64);
         }
     }
-    for engine in service.engines() {
+    let engines = service.engines();
+    for engine in &engines {
         for tier in &engine.tiers {
             let labels = [
                 ("engine", engine.key.clone()),
@@ -108,7 +109,7 @@ fn observe(service: &Service) {
             }
         }
     }
-    for (model, tier, backlog) in backlogs(service) {
+    for (model, tier, backlog) in backlogs(service, &engines) {
         gauge!("flash_indexer_ingest_backlog_events", "model" => model, "tier" => tier)
             .set(backlog as f64);
     }
@@ -130,8 +131,7 @@ fn with_reason(labels: &[(&'static str, String)], reason: &str) -> Vec<(&'static
 
 /// Ingest lag per index: events the engines' subscribers handed to its pool that the pool has
 /// not applied yet.
-fn backlogs(service: &Service) -> Vec<(String, String, u64)> {
-    let engines = service.engines();
+fn backlogs(service: &Service, engines: &[EngineStatus]) -> Vec<(String, String, u64)> {
     let mut out = Vec::new();
     for model in service.models() {
         for tier in &model.tiers {
