@@ -53,11 +53,19 @@ fn wide_sets() {
 }
 
 /// Jump sizes around and at the extremes: the search must be exact for every one of them.
+/// Jumps are whole strides of checkpoints; at the positional layout's stride (64) every jump up
+/// to 64 is one stride, so the small ones run on the layout with checkpoints every 8 positions,
+/// where generated chains cross many of them.
 #[cfg(feature = "positional")]
 mod positional_jumps {
     use super::*;
-    use flash_indexer::testing::assert_agrees_with_reference_using;
+    use flash_indexer::testing::{NarrowPositionalMap, assert_agrees_with_reference_using};
     use flash_indexer::{Indexer, layouts::PositionalMap};
+
+    fn check_narrow(jump: u32) {
+        let make = || Indexer::<NarrowPositionalMap>::with_jump(jump);
+        assert_agrees_with_reference_using(make, &Profile::adversarial().cases(cases(128)));
+    }
 
     fn check(jump: u32) {
         let make = || Indexer::<PositionalMap>::with_jump(jump);
@@ -65,18 +73,23 @@ mod positional_jumps {
     }
 
     #[test]
-    fn jump_1() {
-        check(1);
+    fn stride_8_jump_8() {
+        check_narrow(1);
     }
 
     #[test]
-    fn jump_7() {
-        check(7);
+    fn stride_8_jump_24() {
+        check_narrow(17);
     }
 
     #[test]
-    fn jump_64() {
-        check(64);
+    fn stride_8_jump_64() {
+        check_narrow(64);
+    }
+
+    #[test]
+    fn jump_128() {
+        check(128);
     }
 
     #[test]

@@ -35,12 +35,12 @@ scenarios! {
     #[cfg(feature = "positional")]
     "positional" => positional: PositionalIndexer = PositionalIndexer::default(),
     #[cfg(feature = "positional")]
-    "positional/jump=3" => positional_jump_3: PositionalIndexer = PositionalIndexer::with_jump(3),
+    "positional/stride=8" => positional_stride_8: Indexer<testing::NarrowPositionalMap> = Indexer::with_jump(1),
     #[cfg(feature = "array")]
     "array" => array: ArrayIndexer = ArrayIndexer::default(),
-    // Shallow enough that most scenarios cross into the overflow map.
+    // Shallow enough (one checkpoint map) that deep scenarios cross into the overflow map.
     #[cfg(feature = "array")]
-    "array/depth=16" => array_depth_16: layouts::ArrayIndexerOf<16> = Default::default(),
+    "array/depth=64" => array_depth_64: layouts::ArrayIndexerOf<64> = Default::default(),
     #[cfg(feature = "radix")]
     "radix" => radix: RadixIndexer = RadixIndexer::default(),
 }

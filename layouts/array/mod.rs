@@ -1,73 +1,49 @@
-//! Fixed-depth position arrays: one concurrent map per position for the first `DEPTH`
-//! positions, keyed by canonical hash alone, and an exact overflow for deeper positions.
+//! Fixed-depth position arrays: the edge tree (`tree/`) with its checkpoints indexed by one
+//! concurrent map per checkpoint for the first `DEPTH` positions, keyed by canonical hash
+//! alone, and one map keyed by (position, canonical hash) beyond them.
 //!
 //! Compared with the [positional map](super::positional), a probe indexes an array by position
-//! instead of hashing it into one big key space, and each position's map is smaller. Positions
-//! at or beyond `DEPTH` go to a [`PositionalMap`], so chains of any length stay exact. All maps
+//! instead of hashing it into one big key space, and each checkpoint's map is smaller. Positions
+//! at or beyond `DEPTH` go to the overflow map, so chains of any length stay exact. All maps
 //! share one `seize` collector, so one guard covers a whole query.
 //!
 //! # When to pick it
 //!
-//! Measured side by side with the positional map and Dynamo's indexes (`flashbench compare`, 2
-//! cores, commit d33a48c, medians of 3 rounds; `papers/figures/compare.md`):
-//! - on Dynamo's published workload it held 85.8 bytes per pair instead of 93.5 and answered at
-//!   p50 1.15 us instead of 1.36 (p99 2.16 against 2.25); stores and removes were within the
-//!   noise of one another (13.3M and 8.2M stores per second in that run, 10.5M and 11.3M in the
-//!   one before, removes 13.1M and 13.0M);
-//! - on the depth preset (full hits to 4,096 blocks) and the trace the two are the same within
-//!   the noise: the cost there is the query's canonical hashes, which both layouts share.
-//!
-//! So it earns its place by a little: pick it (feature `default-array`) when memory matters and
-//! the deepest position you care about is known (context length / block size); the positional
-//! map otherwise. Both stay behind the radix layout on every column of those runs.
+//! Both layouts share the tree, the search and the nodes; they differ only in the checkpoint
+//! index, one entry per distinct prefix at every 64th position. Measured side by side
+//! (`flashbench compare`, 2 cores, medians of 3 rounds, `papers/figures/compare.md`), the array
+//! is *not* measurably better than the positional map: on Dynamo's published workload it held
+//! the same bytes per pair (69.9 against 70.0), stored as fast (48.0M against 47.5M blocks per
+//! second), removed faster (40.1M against 32.1M) and answered slower (p50 0.99 us against
+//! 0.89); on the depth preset and the trace the two are within the noise of each other. With
+//! 64 positions between checkpoints, a query probes the index a few times, and hashing the
+//! position into the key costs nothing that the array saves. The positional map is the default;
+//! the array stays for routers that want each checkpoint's map to stay small (`default-array`).
 
-use super::entries::{self, EntryMap, entry_map};
-use super::positional::PositionalMap;
-use crate::index_core::{ByPosition, Indexer, JumpSearch, Key, Slot, Storage, WorkerSet};
-use crate::types::LocalHash;
+use super::checkpoints::{self, NodeMap, STRIDE, node_map};
+use super::tree::{AsTree, Checkpoints, EdgeTree, NodePtr};
+use crate::index_core::{Indexer, JumpSearch, Key};
 use papaya::{Guard as _, LocalGuard};
 use std::sync::{Arc, OnceLock}; // sync-shim: papaya takes a std Arc; loom has no OnceLock
 
 /// The depth of [`ArrayIndexer`]: 1024 positions cover 64k tokens at block size 64 (16k at
-/// block size 16), the contexts of the traces this crate is measured on; deeper positions fall
-/// back to the overflow map. A position's map is created on its first entry; until then the
-/// position is an empty cell the size of a map, so an empty index holds about 100 KB (measured
-/// with a counting allocator: 102 KB allocated to build one, a seize collector included).
+/// block size 16), the contexts of the traces this crate is measured on; deeper checkpoints
+/// fall back to the overflow map. A checkpoint's map is created on its first entry; until then
+/// it is an empty cell the size of a map.
 pub const DEFAULT_DEPTH: usize = 1024;
 
-/// The position-array layout: a fixed array of per-position maps for the first `DEPTH`
-/// positions (no hashing of the position), and the positional map beyond them; queries jump
+/// The position-array layout: the edge tree with a fixed array of per-checkpoint maps for the
+/// first `DEPTH` positions (no hashing of the position), and one map beyond them; queries jump
 /// search it.
+#[derive(Default)]
 pub struct PositionArray<const DEPTH: usize> {
-    collector: Arc<seize::Collector>,
-    /// One map per position, created on the position's first entry.
-    positions: Box<[OnceLock<EntryMap<u64>>]>,
-    overflow: PositionalMap,
+    tree: EdgeTree<CheckpointArray<DEPTH>>,
 }
 
 impl<const DEPTH: usize> PositionArray<DEPTH> {
     /// An empty layout.
     pub fn new() -> Self {
-        let collector = Arc::new(entries::collector());
-        let positions = (0..DEPTH).map(|_| OnceLock::new()).collect();
-        let overflow = PositionalMap::with_collector(collector.clone());
-        Self {
-            collector,
-            positions,
-            overflow,
-        }
-    }
-
-    /// The map of an array position, created if needed; `None` beyond the array.
-    fn position_or_create(&self, pos: u32) -> Option<&EntryMap<u64>> {
-        let cell = self.positions.get(pos as usize)?;
-        Some(cell.get_or_init(|| entry_map(Some(self.collector.clone()))))
-    }
-}
-
-impl<const DEPTH: usize> Default for PositionArray<DEPTH> {
-    fn default() -> Self {
-        Self::new()
+        Self::default()
     }
 }
 
@@ -75,68 +51,109 @@ impl<const DEPTH: usize> core::fmt::Debug for PositionArray<DEPTH> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("PositionArray")
             .field("depth", &DEPTH)
-            .field("entries", &self.entries())
+            .field("nodes", &self.tree.nodes())
+            .field("checkpoints", &self.tree.index().len())
             .finish()
     }
 }
 
-impl<const DEPTH: usize> Storage for PositionArray<DEPTH> {
-    type Search = JumpSearch;
+impl<const DEPTH: usize> AsTree for PositionArray<DEPTH> {
+    type Index = CheckpointArray<DEPTH>;
+
+    #[inline]
+    fn tree(&self) -> &EdgeTree<CheckpointArray<DEPTH>> {
+        &self.tree
+    }
+}
+
+/// One map per checkpoint below `DEPTH`, and an overflow map beyond.
+#[allow(unreachable_pub)] // Named by a public layout's sealed impls.
+pub struct CheckpointArray<const DEPTH: usize> {
+    collector: Arc<seize::Collector>,
+    /// One map per checkpoint (position / [`STRIDE`]), created on its first entry.
+    checkpoints: Box<[OnceLock<NodeMap<u64>>]>,
+    overflow: NodeMap<Key>,
+}
+
+impl<const DEPTH: usize> core::fmt::Debug for CheckpointArray<DEPTH> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("CheckpointArray")
+            .field("len", &self.len())
+            .finish()
+    }
+}
+
+impl<const DEPTH: usize> Default for CheckpointArray<DEPTH> {
+    fn default() -> Self {
+        let collector = Arc::new(checkpoints::collector());
+        let slots = DEPTH.div_ceil(STRIDE as usize);
+        Self {
+            checkpoints: (0..slots).map(|_| OnceLock::new()).collect(),
+            overflow: node_map(Some(collector.clone())),
+            collector,
+        }
+    }
+}
+
+impl<const DEPTH: usize> CheckpointArray<DEPTH> {
+    /// The map of the checkpoint at `pos`, if it is in the array.
+    fn cell(&self, pos: u32) -> Option<&OnceLock<NodeMap<u64>>> {
+        self.checkpoints.get((pos / STRIDE) as usize)
+    }
+
+    /// Indexed checkpoints.
+    fn len(&self) -> usize {
+        self.checkpoints
+            .iter()
+            .filter_map(OnceLock::get)
+            .map(|m| m.len())
+            .sum::<usize>()
+            + self.overflow.len()
+    }
+}
+
+impl<const DEPTH: usize> Checkpoints for CheckpointArray<DEPTH> {
     type Guard<'a> = LocalGuard<'a>;
-    type Handle = ();
+    type Search = JumpSearch;
+    const STRIDE: u32 = STRIDE;
 
     #[inline]
     fn guard(&self) -> LocalGuard<'_> {
         self.collector.enter()
     }
 
-    unsafe fn add(
-        &self,
-        key: Key,
-        local: LocalHash,
-        parent: Option<()>,
-        slot: Slot,
-        guard: &LocalGuard<'_>,
-    ) -> ((), bool) {
-        match self.position_or_create(key.pos) {
-            Some(map) => ((), entries::add(map, key.canon, slot, guard)),
-            // SAFETY: the positional map's handles are `()`: it trusts nothing we pass.
-            None => unsafe { self.overflow.add(key, local, parent, slot, guard) },
+    fn insert(&self, key: Key, node: NodePtr, guard: &LocalGuard<'_>) {
+        match self.cell(key.pos) {
+            Some(cell) => {
+                let map = cell.get_or_init(|| node_map(Some(self.collector.clone())));
+                checkpoints::insert(map, key.canon, node, guard);
+            }
+            None => checkpoints::insert(&self.overflow, key, node, guard),
         }
     }
 
-    unsafe fn remove(&self, key: Key, (): (), slot: Slot, guard: &LocalGuard<'_>) -> bool {
-        match self.positions.get(key.pos as usize) {
-            Some(cell) => cell
-                .get()
-                .is_some_and(|map| entries::remove(map, key.canon, slot, guard)),
-            // SAFETY: as in `add`.
-            None => unsafe { self.overflow.remove(key, (), slot, guard) },
+    fn remove(&self, key: Key, node: NodePtr, guard: &LocalGuard<'_>) {
+        match self.cell(key.pos) {
+            Some(cell) => {
+                if let Some(map) = cell.get() {
+                    checkpoints::remove(map, key.canon, node, guard);
+                }
+            }
+            None => checkpoints::remove(&self.overflow, key, node, guard),
         }
     }
 
-    fn entries(&self) -> usize {
-        self.positions
-            .iter()
-            .filter_map(OnceLock::get)
-            .map(|m| m.len())
-            .sum::<usize>()
-            + self.overflow.entries()
-    }
-
-    fn flush_retired(&self) {
-        // One collector serves the positions and the overflow.
-        self.guard().flush();
-    }
-}
-
-impl<const DEPTH: usize> ByPosition for PositionArray<DEPTH> {
     #[inline]
-    fn get<'g>(&'g self, key: Key, guard: &'g LocalGuard<'_>) -> Option<&'g WorkerSet> {
-        match self.positions.get(key.pos as usize) {
-            Some(cell) => cell.get()?.get(&key.canon, guard),
-            None => self.overflow.get(key, guard),
+    fn get(&self, key: Key, guard: &LocalGuard<'_>) -> Option<NodePtr> {
+        match self.cell(key.pos) {
+            Some(cell) => cell.get()?.get(&key.canon, guard).copied(),
+            None => self.overflow.get(&key, guard).copied(),
         }
+    }
+
+    fn flush(&self) {
+        // One collector serves every map.
+        self.collector.enter().flush();
     }
 }
 
@@ -162,33 +179,48 @@ pub type ArrayIndexerOf<const DEPTH: usize> = Indexer<PositionArray<DEPTH>>;
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::index_core::{Checkpointed, Storage, Tree};
+    use crate::types::{Block, LocalHash, SeqHash};
 
     #[test]
-    fn keys_below_and_beyond_the_depth_round_trip() {
-        let layout = PositionArray::<4>::new();
+    fn checkpoints_below_and_beyond_the_depth_find_their_nodes() {
+        // Two checkpoints in the array, the rest in the overflow map.
+        let layout = PositionArray::<{ 2 * STRIDE as usize }>::new();
         let guard = layout.guard();
-        let keys = [
-            Key { pos: 0, canon: 1 },
-            Key { pos: 3, canon: 1 },
-            Key { pos: 4, canon: 1 },
-            Key { pos: 900, canon: 7 },
-        ];
-        for key in keys {
-            // SAFETY: this layout's handles are `()`: it trusts nothing passed back.
-            assert!(unsafe { layout.add(key, LocalHash(0), None, 5, &guard) }.1);
-            // SAFETY: this layout's handles are `()`: it trusts nothing passed back.
-            assert!(!unsafe { layout.add(key, LocalHash(0), None, 5, &guard) }.1);
+        let n = 5 * STRIDE as usize + 3;
+        let blocks: Vec<Block> = (0..n as u64)
+            .map(|i| Block::new(LocalHash(i), SeqHash(i)))
+            .collect();
+        let keys: Vec<Key> = (0..n as u32)
+            .map(|pos| Key {
+                pos,
+                canon: 1000 + u64::from(pos),
+            })
+            .collect();
+        let mut handles = Vec::new();
+        // SAFETY: I1 by hand: no parent; the slot is removed once, from what was returned.
+        unsafe { layout.add_run(None, &keys, &blocks, 5, &guard, &mut handles) };
+        // Edges stop at checkpoints: one node per stride, and one for the last three blocks.
+        assert_eq!(layout.entries(), 6);
+        assert_eq!(layout.tree.index().len(), 6);
+        for pos in (0..n).step_by(STRIDE as usize) {
+            let node = layout.checkpoint(keys[pos], &guard).expect("indexed");
+            assert_eq!(layout.edge(node)[0], LocalHash(pos as u64));
+            let held = layout.cover(node, &guard).map(|c| c.cutoff(5));
+            assert_eq!(held, Some(layout.edge(node).len() as u32));
         }
-        assert_eq!(layout.entries(), 4);
-        for key in keys {
-            assert_eq!(
-                layout.get(key, &guard).map(WorkerSet::to_vec),
-                Some(vec![5])
-            );
-            // SAFETY: this layout's handles are `()`: it trusts nothing passed back.
-            assert!(unsafe { layout.remove(key, (), 5, &guard) });
-            assert!(layout.get(key, &guard).is_none());
-        }
-        assert_eq!(layout.entries(), 0);
+        let wrong = Key {
+            pos: STRIDE,
+            canon: 7,
+        };
+        assert!(layout.checkpoint(wrong, &guard).is_none());
+        // SAFETY: as above.
+        unsafe { layout.remove_run(&keys, &handles, 5, &guard) };
+        assert_eq!((layout.entries(), layout.tree.index().len()), (0, 0));
+        assert!(
+            layout
+                .checkpoint(keys[3 * STRIDE as usize], &guard)
+                .is_none()
+        );
     }
 }

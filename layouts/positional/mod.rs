@@ -1,91 +1,125 @@
-//! The concurrent positional map: one `papaya` hash map keyed by (position, canonical hash).
+//! The positional layout: the edge tree (`tree/`) with its checkpoints indexed in one `papaya`
+//! map keyed by (position, canonical hash).
 //!
-//! Reads are lock-free (papaya's epoch-like guards); a write replaces an entry's immutable
-//! [`WorkerSet`] with papaya's atomic `compute`, so two writers adding different workers to one
-//! new entry both land and a reader sees either set, never a mix. Random access by position is
-//! what makes the core's jump search possible.
+//! Every [`STRIDE`] positions, the block of any chain there is the first block of its node, and
+//! the map finds that node by the block's key: random access by position, which is what the
+//! core's jump search with binary scan-back needs. Keys exist only at checkpoints, one map
+//! entry per distinct prefix there (not per block, nor per worker); between checkpoints a
+//! query's local hashes are compared with an edge's contiguously. Reads are lock-free (papaya's
+//! guards for the map, the epoch for the nodes).
 
-use super::entries::{self, EntryMap, entry_map};
-use crate::index_core::{ByPosition, Indexer, JumpSearch, Key, Slot, Storage, WorkerSet};
-use crate::types::LocalHash;
+use super::checkpoints::{self, NodeMap, STRIDE, node_map};
+use super::tree::{AsTree, Checkpoints, EdgeTree, NodePtr};
+use crate::index_core::{Indexer, JumpSearch, Key};
 use papaya::{Guard as _, LocalGuard};
-use std::sync::Arc; // sync-shim: papaya takes its collector as a std Arc
 
-/// The positional map layout: one concurrent map keyed by (position, canonical hash), read
-/// lock-free; queries jump search it with binary scan-back.
+/// The positional map layout: the edge tree with a concurrent map from each checkpoint's key
+/// (position, canonical hash) to its node; queries jump search it with binary scan-back.
+#[derive(Default)]
 pub struct PositionalMap {
-    map: EntryMap<Key>,
-}
-
-impl Default for PositionalMap {
-    fn default() -> Self {
-        Self {
-            map: entry_map(None),
-        }
-    }
+    tree: EdgeTree<CheckpointMap<STRIDE>>,
 }
 
 impl core::fmt::Debug for PositionalMap {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("PositionalMap")
-            .field("entries", &self.map.len())
+            .field("nodes", &self.tree.nodes())
+            .field("checkpoints", &self.tree.index().map.len())
             .finish()
     }
 }
 
-impl PositionalMap {
-    /// A map whose guards come from `collector`, so that a layout holding several maps needs one
-    /// guard for all of them.
-    #[cfg_attr(not(feature = "array"), allow(dead_code))] // Only the array layout shares maps.
-    pub(crate) fn with_collector(collector: Arc<seize::Collector>) -> Self {
+impl AsTree for PositionalMap {
+    type Index = CheckpointMap<STRIDE>;
+
+    #[inline]
+    fn tree(&self) -> &EdgeTree<CheckpointMap<STRIDE>> {
+        &self.tree
+    }
+}
+
+/// The positional layout with checkpoints every 8 positions instead of 64, for tests:
+/// generated chains are short, and at this stride they cross many checkpoints, so the binary
+/// scan-back and the walk past each checkpoint are exercised on every case.
+///
+/// ```
+/// use flash_indexer::{Indexer, KvIndex, LocalHash, Block, Event, SeqHash, Worker};
+/// use flash_indexer::testing::NarrowPositionalMap;
+///
+/// let index = Indexer::<NarrowPositionalMap>::with_jump(1);
+/// let w = Worker::new(0, 0);
+/// let blocks: Vec<Block> = (0..20).map(|i| Block::new(LocalHash(i), SeqHash(i))).collect();
+/// index.apply(&Event::stored(w, 0, None, blocks)).unwrap();
+/// assert_eq!(index.entries(), 3, "edges stop at positions 8 and 16");
+/// let query: Vec<LocalHash> = (0..12).map(LocalHash).collect();
+/// assert_eq!(index.find_matches(&query).get(w), Some(12));
+/// ```
+#[cfg(feature = "testing")]
+#[derive(Debug, Default)]
+pub struct NarrowPositionalMap {
+    tree: EdgeTree<CheckpointMap<8>>,
+}
+
+#[cfg(feature = "testing")]
+impl AsTree for NarrowPositionalMap {
+    type Index = CheckpointMap<8>;
+
+    fn tree(&self) -> &EdgeTree<CheckpointMap<8>> {
+        &self.tree
+    }
+}
+
+/// One map of every checkpoint (every `S` positions), keyed by position and canonical hash.
+#[allow(unreachable_pub)] // Named by a public layout's sealed impls.
+pub struct CheckpointMap<const S: u32> {
+    map: NodeMap<Key>,
+}
+
+impl<const S: u32> core::fmt::Debug for CheckpointMap<S> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("CheckpointMap")
+            .field("len", &self.map.len())
+            .finish()
+    }
+}
+
+impl<const S: u32> Default for CheckpointMap<S> {
+    fn default() -> Self {
         Self {
-            map: entry_map(Some(collector)),
+            map: node_map(None),
         }
     }
 }
 
-impl Storage for PositionalMap {
-    type Search = JumpSearch;
+impl<const S: u32> Checkpoints for CheckpointMap<S> {
     type Guard<'a> = LocalGuard<'a>;
-    type Handle = ();
+    type Search = JumpSearch;
+    const STRIDE: u32 = S;
 
     #[inline]
     fn guard(&self) -> LocalGuard<'_> {
         self.map.guard()
     }
 
-    unsafe fn add(
-        &self,
-        key: Key,
-        _: LocalHash,
-        _: Option<()>,
-        slot: Slot,
-        guard: &LocalGuard<'_>,
-    ) -> ((), bool) {
-        ((), entries::add(&self.map, key, slot, guard))
+    fn insert(&self, key: Key, node: NodePtr, guard: &LocalGuard<'_>) {
+        checkpoints::insert(&self.map, key, node, guard);
     }
 
-    unsafe fn remove(&self, key: Key, (): (), slot: Slot, guard: &LocalGuard<'_>) -> bool {
-        entries::remove(&self.map, key, slot, guard)
+    fn remove(&self, key: Key, node: NodePtr, guard: &LocalGuard<'_>) {
+        checkpoints::remove(&self.map, key, node, guard);
     }
 
-    fn entries(&self) -> usize {
-        self.map.len()
-    }
-
-    fn flush_retired(&self) {
-        self.guard().flush();
-    }
-}
-
-impl ByPosition for PositionalMap {
     #[inline]
-    fn get<'g>(&'g self, key: Key, guard: &'g LocalGuard<'_>) -> Option<&'g WorkerSet> {
-        self.map.get(&key, guard)
+    fn get(&self, key: Key, guard: &LocalGuard<'_>) -> Option<NodePtr> {
+        self.map.get(&key, guard).copied()
+    }
+
+    fn flush(&self) {
+        self.map.guard().flush();
     }
 }
 
-/// The exact index over the concurrent positional map, with jump search and binary scan-back.
+/// The exact index over the positional layout, with jump search and binary scan-back.
 ///
 /// ```
 /// use flash_indexer::{Block, Event, KvIndex, LocalHash, PositionalIndexer, SeqHash, Worker};
@@ -101,42 +135,3 @@ impl ByPosition for PositionalMap {
 /// ```
 #[cfg_attr(not(feature = "positional"), allow(dead_code, unreachable_pub))]
 pub type PositionalIndexer = Indexer<PositionalMap>;
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn entries_added_are_removed_across_resizes() {
-        let map = PositionalMap::default();
-        let guard = map.guard();
-        let keys: Vec<Key> = (0..50_000u64)
-            .map(|i| Key {
-                pos: (i % 100) as u32,
-                canon: i.wrapping_mul(0x9e37_79b9_7f4a_7c15),
-            })
-            .collect();
-        for (i, key) in keys.iter().enumerate() {
-            // SAFETY: this layout's handles are `()`: it trusts nothing passed back.
-            assert!(unsafe { map.add(*key, LocalHash(0), None, 1, &guard) }.1);
-            assert!(
-                // SAFETY: this layout's handles are `()`: it trusts nothing passed back.
-                unsafe { map.add(*key, LocalHash(0), None, 2 + (i % 3) as u32, &guard) }.1
-            );
-        }
-        for (i, key) in keys.iter().enumerate() {
-            // SAFETY: this layout's handles are `()`: it trusts nothing passed back.
-            assert!(
-                unsafe { map.remove(*key, (), 1, &guard) },
-                "key {i} lost slot 1"
-            );
-            assert!(
-                // SAFETY: this layout's handles are `()`: it trusts nothing passed back.
-                unsafe { map.remove(*key, (), 2 + (i % 3) as u32, &guard) },
-                "key {i} lost its second slot"
-            );
-            assert!(map.get(*key, &guard).is_none());
-        }
-        assert_eq!(map.entries(), 0);
-    }
-}

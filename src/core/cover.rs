@@ -13,9 +13,8 @@
 //!
 //! Every cutoff a reader loads is the worker's coverage at that instant, which is what the
 //! walk's no-phantom argument needs (`search.rs`).
-#![cfg_attr(not(feature = "radix"), allow(dead_code, unreachable_pub))]
 
-use super::entry_set::{Slot, WIDE, slots_of_bits};
+use super::slots::{Slot, WIDE, slots_of_bits};
 use crate::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 /// A wide cover goes back to a sorted list when it shrinks to this many.

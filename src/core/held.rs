@@ -35,9 +35,9 @@
 
 use super::canon::{Canon, Key};
 use super::child_list::ChildList;
-use super::entry_set::Slot;
 use super::layout::Layout;
 use super::run::{Loc, Run, RunId};
+use super::slots::Slot;
 use crate::error::EventError;
 use crate::types::{Block, Event, SeqHash, Worker};
 use foldhash::fast::RandomState;

@@ -1,11 +1,12 @@
 //! The seam between the core and a storage layout.
 //!
-//! A layout knows only *where* entries live: entries named by [`Key`] (position, canonical
-//! hash), each holding a [`WorkerSet`]. It never sees engine hashes, events or errors; the core
-//! decides what to add and remove, and in which order (the reachable-only invariant in
-//! `held.rs`). Searches live in the core too: a layout names the one that fits it
-//! ([`seam::Storage::Search`]: [`seam::JumpSearch`] over [`seam::ByPosition`], or [`seam::Walk`]
-//! over a [`seam::Tree`]), and the core calls the layout only for entries.
+//! A layout knows only *where* entries live: blocks added to and removed from a worker, found
+//! again by the handle the layout returned, and by [`Key`] (position, canonical hash) where the
+//! layout indexes them. It never sees engine hashes, events or errors; the core decides what to
+//! add and remove, and in which order (the reachable-only invariant in `held.rs`). Searches
+//! live in the core too: a layout names the one that fits it ([`seam::Storage::Search`]:
+//! [`seam::Walk`] over a [`seam::Tree`], or [`seam::JumpSearch`] over a tree with checkpoints,
+//! [`seam::Checkpointed`]), and the core calls the layout only for nodes.
 //!
 //! The seam is sealed: [`Layout`] is public so that [`Indexer<L>`](crate::Indexer) can be named,
 //! but its methods live on [`seam::Storage`], which outside code cannot name. A layout's
@@ -14,8 +15,8 @@
 
 pub(crate) use super::canon::Key;
 pub(crate) use super::cover::Cover;
-pub(crate) use super::entry_set::{Slot, WorkerSet};
 pub(crate) use super::search::QueryCtx;
+pub(crate) use super::slots::Slot;
 
 /// A storage layout: where the entries of an [`Indexer`](crate::Indexer) live.
 ///
@@ -47,16 +48,16 @@ pub(crate) use super::search::QueryCtx;
 /// Through a generic bound `L: Layout` the seam's harmless methods (`guard`, `entries`) are
 /// visible, but the two that trust a handle, `add` and `remove`, are `unsafe fn`s whose safety
 /// contract only the core's per-worker state can keep.
-pub trait Layout: seam::Storage {}
+pub trait Layout: seam::Checkpointed {}
 
-impl<T: seam::Storage> Layout for T {}
+impl<T: seam::Checkpointed> Layout for T {}
 
 /// The seam itself, crate-private behind [`Layout`]. Its items are `pub` inside a private
 /// module (the sealed pattern: they may appear in [`Layout`]'s interface, outside code cannot
 /// name them); which of them the enabled layouts reach depends on the features.
 #[allow(unreachable_pub)]
 pub(crate) mod seam {
-    use super::{Cover, Key, QueryCtx, Slot, WorkerSet};
+    use super::{Cover, Key, QueryCtx, Slot};
     use crate::scores::OverlapScores;
     use crate::types::{Block, LocalHash};
 
@@ -77,7 +78,7 @@ pub(crate) mod seam {
         type Handle: Copy + Eq + core::hash::Hash + Send + Sync + 'static;
 
         /// The core's search that fits this layout.
-        type Search: Search<Self>;
+        type Search: Search;
 
         /// Whether the layout finds entries by [`Key`]. When it does not, the core rolls no
         /// canonical hashes and passes no keys to [`add_run`](Self::add_run) and
@@ -179,13 +180,18 @@ pub(crate) mod seam {
         fn flush_retired(&self) {}
     }
 
-    /// A search of the core over layouts of type `L`.
-    pub trait Search<L: ?Sized> {
+    /// A search of the core (over the layouts whose `Search` it is).
+    pub trait Search {
         /// Every worker's matched depth for `query`.
-        fn find(layout: &L, ctx: &QueryCtx<'_>, query: &[LocalHash]) -> OverlapScores;
+        fn find<L: Checkpointed>(
+            layout: &L,
+            ctx: &QueryCtx<'_>,
+            query: &[LocalHash],
+        ) -> OverlapScores;
     }
 
-    /// Jump search with binary scan-back, for layouts with random access by key.
+    /// Jump search with binary scan-back over checkpoints, for trees that index them
+    /// ([`Checkpointed`]).
     #[derive(Debug)]
     #[cfg_attr(not(any(feature = "positional", feature = "array")), allow(dead_code))]
     pub enum JumpSearch {}
@@ -194,13 +200,6 @@ pub(crate) mod seam {
     #[derive(Debug)]
     #[cfg_attr(not(feature = "radix"), allow(dead_code))]
     pub enum Walk {}
-
-    /// A layout with random access by key: the core's jump search with binary scan-back fits
-    /// it.
-    pub trait ByPosition: Storage {
-        /// The workers at `key`.
-        fn get<'g>(&'g self, key: Key, guard: &'g Self::Guard<'_>) -> Option<&'g WorkerSet>;
-    }
 
     /// A layout that is a compressed tree: each node an edge of consecutive blocks, children
     /// hanging at any offset of their parent's edge, and per node one cutoff per worker
@@ -228,5 +227,18 @@ pub(crate) mod seam {
             node: &'g Self::Node,
             guard: &'g Self::Guard<'_>,
         ) -> Option<&'g Cover>;
+    }
+
+    /// A tree that also finds nodes by key at checkpoints: every `STRIDE` positions, the block
+    /// of any chain there is the first of its node, and [`checkpoint`](Self::checkpoint) finds
+    /// that node by the block's key. The core's jump search lands on checkpoints with it.
+    pub trait Checkpointed: Tree {
+        /// Positions between checkpoints (a multiple of the canonical roll's lanes); 0 when
+        /// the tree indexes none.
+        const STRIDE: u32;
+
+        /// The node whose edge starts with the block at `key` (a checkpoint position).
+        fn checkpoint<'g>(&'g self, key: Key, guard: &'g Self::Guard<'_>)
+        -> Option<&'g Self::Node>;
     }
 }

@@ -8,11 +8,11 @@
 pub(crate) mod canon;
 mod child_list;
 mod cover;
-mod entry_set;
 mod held;
 pub(crate) mod layout;
 mod run;
 pub(crate) mod search;
+mod slots;
 mod worker_table;
 
 pub use layout::Layout;
@@ -22,9 +22,9 @@ pub use search::MAX_JUMP;
 pub(crate) use {
     canon::Key,
     cover::Cover,
-    entry_set::{Slot, WideSet, WideWriter, WorkerSet},
     layout::QueryCtx,
-    layout::seam::{ByPosition, JumpSearch, Search, Storage, Tree, Walk},
+    layout::seam::{Checkpointed, JumpSearch, Search, Storage, Tree, Walk},
+    slots::Slot,
 };
 
 use crate::error::EventError;
@@ -36,14 +36,11 @@ use canon::Canon;
 use held::HeldBlocks;
 use worker_table::{WorkerCell, WorkerTable};
 
-/// The jump of the search when none is configured.
+/// The jump of the search when none is configured, in positions.
 ///
-/// Measured with `cargo bench -p flashbench --bench dynamo_workload` (jump sweep; 64 workers, 128-block
-/// queries, 2 cores): query p50 at jumps 4 / 8 / 16 / 32 / 64 / 128 was 1260 / 1150 / 1210 /
-/// 1100 / 1030 / 1370 ns. Short jumps pay a probe every few positions, long ones a deeper
-/// scan-back (log2 J probes per drain point) and more canonical hashes rolled past a
-/// divergence. 32 and 64 lead; 32 is the default because its scan-back stays at 5 probes and
-/// the two are within noise of each other on these machines.
+/// The jump search lands on checkpoints only (every 64 positions in the positional and array
+/// layouts), so a jump is rounded up to whole strides: 32 means one stride, after which the
+/// search gallops (doubling) while nobody drops. The radix layout walks and ignores it.
 pub const DEFAULT_JUMP: u32 = 32;
 
 /// An exact index over storage layout `L`.

@@ -1,29 +1,34 @@
-//! The core's searches: jump search with binary scan-back for layouts with random access by
-//! position ([`ByPosition`]), and a walk from the root for tree layouts ([`Tree`]).
+//! The core's searches: a walk from the root for tree layouts ([`Tree`]), and jump search with
+//! binary scan-back for trees that index their checkpoints ([`Checkpointed`]).
 //!
-//! By the reachable-only invariant (`held.rs`), the workers present at position `p` of the
-//! query's canonical chain are a subset of those present at `p - 1`. So:
-//! 1. Start with the workers at position 0 (the *active* set).
-//! 2. Jump `J` positions ahead and look at the landing entry. Workers still present there were
-//!    present at every position in between: nothing to check for them.
-//! 3. Each dropped worker's depth lies in the skipped range: binary search over it. Dropped
-//!    workers are partitioned in place at each probe, so a probe serves all of them at once:
-//!    at most `min(dropped * log2 J, J)` probes, never a linear scan.
-//! 4. After a landing where nobody dropped, the next jump doubles (up to 1,024 positions); a
+//! By the reachable-only invariant (`held.rs`), a worker in a node holds the whole path to
+//! it. With checkpoints every `S` positions (the first block of a node at each, `tree/`), the
+//! workers in the query's node at checkpoint `c` are a subset of those at checkpoint `c - S`.
+//! So:
+//! 1. Start with the workers of the node at position 0 (the *active* set).
+//! 2. Jump `J` positions ahead (a multiple of `S`) and look up the node at that checkpoint by
+//!    its key. Workers still in it held every block in between: nothing to check for them.
+//! 3. Each dropped worker's last checkpoint lies in the skipped range: binary search over its
+//!    checkpoints. Dropped workers are partitioned in place at each probe, so a probe serves
+//!    all of them at once: at most `min(dropped * log2(J / S), J / S)` probes.
+//! 4. From its last checkpoint, each worker's exact depth is at most `S - 1` blocks further:
+//!    the walk finishes it, comparing the query's local hashes with the edges contiguously.
+//! 5. After a landing where nobody dropped, the next jump doubles (up to 1,024 positions); a
 //!    drop returns it to `J`. Long shared prefixes then cost about `log2 D + D / 1024` probes.
 //!
-//! A query of depth `D` costs at most about `D / J` probes, plus its canonical hashes: rolled
-//! eight blocks to a dependent step (`canon.rs`), with a mark every eight positions, so that a
-//! scan-back probe is at most seven single steps from a known hash.
+//! A query of depth `D` costs at most about `D / J` probes, plus its canonical hashes at the
+//! checkpoints: rolled eight blocks to a dependent step (`canon.rs`), each checkpoint one of
+//! the roll's marks, so a probe computes nothing of its own.
 //!
 //! Under racing writers every reported depth is `p + 1` for a position `p` where the worker was
-//! *observed* present; presence at `p` at that instant means the worker then had depth > `p`.
-//! Landing sets are intersected with the active set (not merely counted), so a worker that
-//! appears mid-query never stands in for one that left.
+//! *observed* holding the query's block (a cutoff read from a node it was in, which the core
+//! fills shallowest first and empties deepest first). Landing sets are intersected with the
+//! active set (not merely counted), so a worker that appears mid-query never stands in for one
+//! that left.
 
 use super::canon::{Canon, Key, LANES};
-use super::entry_set::Slot;
-use super::layout::seam::{ByPosition, JumpSearch, Search, Tree, Walk};
+use super::layout::seam::{Checkpointed, JumpSearch, Search, Tree, Walk};
+use super::slots::Slot;
 use super::worker_table::{Names, PinnedNames};
 use crate::scores::OverlapScores;
 use crate::types::LocalHash;
@@ -37,14 +42,14 @@ pub(crate) const MAX_GALLOP: u32 = 1024;
 
 /// One query's jump search: the layout, the pinned names and the canonical hashes of the
 /// current window.
-struct ScanBack<'a, 'g, L: ByPosition> {
+struct ScanBack<'a, 'g, L: Checkpointed> {
     layout: &'a L,
     guard: &'a L::Guard<'g>,
     names: &'a PinnedNames<'a>,
     canon: &'a Canon,
     query: &'a [LocalHash],
     /// Canonical hashes at `lo` and every [`LANES`] positions after it: `marks[g]` is position
-    /// `lo + g * LANES`. Any position of the window is at most `LANES - 1` steps from a mark.
+    /// `lo + g * LANES`, so every checkpoint of the window has its mark.
     marks: [u64; MAX_GALLOP as usize / LANES + 1],
     lo: u32,
     /// The canonical hash at the last landing, where the next window starts.
@@ -54,7 +59,7 @@ struct ScanBack<'a, 'g, L: ByPosition> {
     scratch: Vec<Slot>,
 }
 
-impl<L: ByPosition> ScanBack<'_, '_, L> {
+impl<'a, L: Checkpointed> ScanBack<'a, '_, L> {
     /// Rolls the window on to `lo..=hi`, where `lo` is the last landing, and returns the key at
     /// `hi`, the next landing.
     fn slide(&mut self, lo: u32, hi: u32) -> Key {
@@ -68,39 +73,58 @@ impl<L: ByPosition> ScanBack<'_, '_, L> {
         }
     }
 
-    /// The canonical hash at `pos` of the window: from the mark at or before it.
-    fn canon_at(&self, pos: u32) -> u64 {
-        let g = (pos - self.lo) as usize / LANES;
-        let from = self.lo as usize + g * LANES;
-        self.query[from + 1..=pos as usize]
-            .iter()
-            .fold(self.marks[g], |c, &local| self.canon.step(c, local))
+    /// The key of the checkpoint `pos` of the window: its mark.
+    fn key_at(&self, pos: u32) -> Key {
+        debug_assert_eq!((pos - self.lo) as usize % LANES, 0);
+        Key {
+            pos,
+            canon: self.marks[(pos - self.lo) as usize / LANES],
+        }
     }
 
-    /// `slots` were present at `lo` and absent at `hi`: find each one's last position.
-    fn scan_back(&mut self, slots: &mut [Slot], lo: u32, hi: u32) {
+    /// Keeps at the front of `slots` those in `node` (`None`: nobody), in order, the others
+    /// after them, in order; returns how many are in.
+    fn partition(&mut self, node: Option<&'a L::Node>, slots: &mut [Slot]) -> usize {
+        let Some(cover) = node.and_then(|n| self.layout.cover(n, self.guard)) else {
+            return 0;
+        };
+        self.scratch.clear();
+        let scratch = &mut self.scratch;
+        let still = cover.keep_at_least(slots, 1, |slot, _| scratch.push(slot));
+        slots[still..].copy_from_slice(&self.scratch);
+        still
+    }
+
+    /// `slots` were in `lo_node`, the node at checkpoint `lo`, and not at checkpoint `hi`: find
+    /// each one's last checkpoint, then its depth past it.
+    fn scan_back(&mut self, slots: &mut [Slot], lo: u32, lo_node: &'a L::Node, hi: u32) {
         if slots.is_empty() {
             return;
         }
-        if hi - lo == 1 {
-            for &slot in slots.iter() {
-                self.scores.push(self.names.name(slot), lo + 1);
-            }
+        if hi - lo == L::STRIDE {
+            let end = hi.min(self.query.len() as u32);
+            descend(
+                self.layout,
+                self.guard,
+                self.names,
+                self.query,
+                lo_node,
+                lo,
+                end,
+                slots,
+                &mut self.scores,
+            );
             return;
         }
-        let mid = lo + (hi - lo) / 2;
-        let key = Key {
-            pos: mid,
-            canon: self.canon_at(mid),
-        };
+        let mid = lo + (hi - lo) / L::STRIDE / 2 * L::STRIDE;
+        let node = self.layout.checkpoint(self.key_at(mid), self.guard);
         // Partition in place, present at `mid` first; both parts stay sorted for the next merge.
-        let split = match self.layout.get(key, self.guard) {
-            None => 0,
-            Some(set) => set.partition(slots, &mut self.scratch),
-        };
+        let split = self.partition(node, slots);
         let (present, absent) = slots.split_at_mut(split);
-        self.scan_back(present, mid, hi);
-        self.scan_back(absent, lo, mid);
+        if let Some(node) = node {
+            self.scan_back(present, mid, node, hi);
+        }
+        self.scan_back(absent, lo, lo_node, mid);
     }
 }
 
@@ -113,14 +137,14 @@ pub struct QueryCtx<'a> {
     pub(crate) jump: u32,
 }
 
-impl<L: ByPosition> Search<L> for JumpSearch {
-    fn find(layout: &L, ctx: &QueryCtx<'_>, query: &[LocalHash]) -> OverlapScores {
+impl Search for JumpSearch {
+    fn find<L: Checkpointed>(layout: &L, ctx: &QueryCtx<'_>, query: &[LocalHash]) -> OverlapScores {
         jump_search(layout, ctx.names, ctx.canon, query, ctx.jump)
     }
 }
 
-impl<L: Tree> Search<L> for Walk {
-    fn find(layout: &L, ctx: &QueryCtx<'_>, query: &[LocalHash]) -> OverlapScores {
+impl Search for Walk {
+    fn find<L: Checkpointed>(layout: &L, ctx: &QueryCtx<'_>, query: &[LocalHash]) -> OverlapScores {
         walk(layout, ctx.names, query)
     }
 }
@@ -132,58 +156,87 @@ impl<L: Tree> Search<L> for Walk {
 /// node the worker was in: at that instant it held the whole path to there (the core adds
 /// shallowest first and removes deepest first), so no phantom.
 fn walk<L: Tree>(layout: &L, names: &Names, query: &[LocalHash]) -> OverlapScores {
-    let mut scores = OverlapScores::new();
     let Some(&first) = query.first() else {
-        return scores;
+        return OverlapScores::new();
     };
     // Pinned before any slot is read: slots are reused only after every pinned query ends.
     let names = names.pin();
     let guard = layout.guard();
-    let Some(mut node) = layout.child(None, 0, first, &guard) else {
-        return scores;
+    let Some(node) = layout.child(None, 0, first, &guard) else {
+        return OverlapScores::new();
     };
     let Some(cover) = layout.cover(node, &guard) else {
-        return scores;
+        return OverlapScores::new();
     };
     let mut active: Vec<Slot> = cover.slots();
-    scores = OverlapScores::with_capacity(active.len());
-    let mut base = 0u32;
+    let mut scores = OverlapScores::with_capacity(active.len());
+    let end = u32::try_from(query.len()).unwrap_or(u32::MAX);
+    descend(
+        layout,
+        &guard,
+        &names,
+        query,
+        node,
+        0,
+        end,
+        &mut active,
+        &mut scores,
+    );
+    scores
+}
+
+/// Scores `slots`, workers that held the query up to `base` and are in `node` (whose edge
+/// starts at `base`), walking down from there to position `end` at most: at a node whose edge
+/// the query follows for `m` blocks, a worker holding `c < m` of it stops at `c`, and the
+/// others go on to the child where the query leaves the edge. Every reported depth is
+/// `base + c` for a cutoff `c` read from a node the worker was in: at that instant it held the
+/// whole path to there (the core adds shallowest first and removes deepest first), so no
+/// phantom.
+#[allow(clippy::too_many_arguments)] // The walk's state, borrowed from its two callers.
+fn descend<'g, L: Tree>(
+    layout: &'g L,
+    guard: &'g L::Guard<'_>,
+    names: &PinnedNames<'_>,
+    query: &[LocalHash],
+    mut node: &'g L::Node,
+    mut base: u32,
+    end: u32,
+    slots: &mut [Slot],
+    scores: &mut OverlapScores,
+) {
+    let mut len = slots.len();
     loop {
         let edge = layout.edge(node);
-        let rest = &query[base as usize..];
+        let rest = &query[base as usize..end as usize];
         let m = common_prefix(edge, rest) as u32;
-        let still = match layout.cover(node, &guard) {
-            Some(cover) => cover.keep_at_least(&mut active, m, |slot, c| {
+        let active = &mut slots[..len];
+        len = match layout.cover(node, guard) {
+            Some(cover) => cover.keep_at_least(active, m, |slot, c| {
                 if base + c > 0 {
                     scores.push(names.name(slot), base + c);
                 }
             }),
             None => {
                 if base > 0 {
-                    for &slot in &active {
+                    for &slot in active.iter() {
                         scores.push(names.name(slot), base);
                     }
                 }
                 0
             }
         };
-        active.truncate(still);
         base += m;
-        if active.is_empty() {
-            return scores;
-        }
-        let Some(&next) = query.get(base as usize) else {
+        if len == 0 || base >= end {
             break;
-        };
-        match layout.child(Some(node), m, next, &guard) {
+        }
+        match layout.child(Some(node), m, query[base as usize], guard) {
             Some(child) => node = child,
             None => break,
         }
     }
-    for slot in active {
+    for &slot in &slots[..len] {
         scores.push(names.name(slot), base);
     }
-    scores
 }
 
 /// How many blocks `edge` and `query` share from their starts: whole chunks first, compared
@@ -212,14 +265,17 @@ fn common_prefix(edge: &[LocalHash], query: &[LocalHash]) -> usize {
         .count()
 }
 
-/// How deep each worker matches `query`, jumping `jump` positions at a time.
-fn jump_search<L: ByPosition>(
+/// How deep each worker matches `query`, jumping about `jump` positions at a time (whole
+/// strides of checkpoints).
+fn jump_search<L: Checkpointed>(
     layout: &L,
     names: &Names,
     canon: &Canon,
     query: &[LocalHash],
     jump: u32,
 ) -> OverlapScores {
+    let stride = L::STRIDE;
+    const { assert!(L::STRIDE > 0 && L::STRIDE as usize % LANES == 0 && MAX_GALLOP % L::STRIDE == 0) };
     let Some(&first) = query.first() else {
         return OverlapScores::new();
     };
@@ -239,46 +295,58 @@ fn jump_search<L: ByPosition>(
         scores: OverlapScores::new(),
         scratch: Vec::new(),
     };
-    let Some(set) = layout.get(
-        Key {
-            pos: 0,
-            canon: search.landing,
-        },
-        &guard,
-    ) else {
+    let key = Key {
+        pos: 0,
+        canon: search.landing,
+    };
+    let Some(mut lo_node) = layout.checkpoint(key, &guard) else {
         return search.scores;
     };
-    let mut active: Vec<Slot> = set.to_vec();
+    let Some(cover) = layout.cover(lo_node, &guard) else {
+        return search.scores;
+    };
+    let mut active: Vec<Slot> = cover.slots();
     search.scores = OverlapScores::with_capacity(active.len());
     let mut dropped: Vec<Slot> = Vec::new();
-    let base_jump = jump.clamp(1, MAX_JUMP);
+    let base_jump = jump.div_ceil(stride).max(1) * stride;
+    let last = (n - 1) / stride * stride;
     let mut jump = base_jump;
     let mut lo = 0u32;
-    while !active.is_empty() && lo + 1 < n {
-        let hi = (lo + jump).min(n - 1);
-        dropped.clear();
+    while !active.is_empty() && lo < last {
+        let hi = (lo + jump).min(last);
         let key = search.slide(lo, hi);
-        match layout.get(key, &guard) {
-            Some(set) if set.is_exactly(&active) => {}
-            Some(set) => {
-                let still = set.partition(&mut active, &mut search.scratch);
-                dropped.extend_from_slice(&active[still..]);
-                active.truncate(still);
-            }
-            None => dropped.append(&mut active),
-        }
+        let node = layout.checkpoint(key, &guard);
+        let still = search.partition(node, &mut active);
+        dropped.clear();
+        dropped.extend_from_slice(&active[still..]);
+        active.truncate(still);
         // Gallop: a landing where nobody dropped doubles the next jump (long shared prefixes
         // cost about log2(D) + D / MAX_GALLOP probes); a drop returns to the configured jump.
         if dropped.is_empty() {
             jump = (jump * 2).min(MAX_GALLOP);
         } else {
-            search.scan_back(&mut dropped, lo, hi);
+            search.scan_back(&mut dropped, lo, lo_node, hi);
             jump = base_jump;
+        }
+        match node {
+            Some(node) if !active.is_empty() => lo_node = node,
+            _ => break,
         }
         lo = hi;
     }
-    for slot in active {
-        search.scores.push(names.name(slot), lo + 1);
+    if !active.is_empty() {
+        let end = (lo + stride).min(n);
+        descend(
+            layout,
+            &guard,
+            &names,
+            query,
+            lo_node,
+            lo,
+            end,
+            &mut active,
+            &mut search.scores,
+        );
     }
     search.scores
 }

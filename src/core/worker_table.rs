@@ -7,9 +7,9 @@
 //! while they read slots. Without that, a query that saw worker A's slot at shallow positions and
 //! the same slot, now worker B's, deeper would credit B with A's depth.
 
-use super::entry_set::Slot;
 use super::held::HeldBlocks;
 use super::layout::Layout;
+use super::slots::Slot;
 use crate::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use crate::sync::{Arc, Mutex, lock};
 use crate::types::Worker;

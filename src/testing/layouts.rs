@@ -51,7 +51,7 @@ impl Inspect for crate::NaiveIndexer {
 /// A named way to build an empty index.
 #[derive(Clone, Copy)]
 pub struct IndexFactory {
-    /// Short name, e.g. `positional` or `positional/jump=3`.
+    /// Short name, e.g. `positional` or `positional/stride=8`.
     pub name: &'static str,
     /// Builds an empty index.
     pub make: fn() -> Box<dyn KvIndex>,
@@ -92,10 +92,13 @@ pub fn enabled_layouts() -> Vec<IndexFactory> {
             inspectable: || Box::new(PositionalIndexer::default()),
             primary: true,
         });
+        // Checkpoints every 8 positions and the shortest jump: generated chains cross many
+        // checkpoints, so every case exercises the binary scan-back.
+        type Narrow = Indexer<crate::layouts::positional::NarrowPositionalMap>;
         out.push(IndexFactory {
-            name: "positional/jump=3",
-            make: || Box::new(Indexer::<crate::layouts::PositionalMap>::with_jump(3)),
-            inspectable: || Box::new(Indexer::<crate::layouts::PositionalMap>::with_jump(3)),
+            name: "positional/stride=8",
+            make: || Box::new(Narrow::with_jump(1)),
+            inspectable: || Box::new(Narrow::with_jump(1)),
             primary: false,
         });
     }
@@ -108,11 +111,12 @@ pub fn enabled_layouts() -> Vec<IndexFactory> {
             inspectable: || Box::new(ArrayIndexer::default()),
             primary: true,
         });
-        // A shallow array so that generated chains cross into the overflow map.
+        // A shallow array (one checkpoint map) so that generated chains cross into the
+        // overflow map.
         out.push(IndexFactory {
-            name: "array/depth=16",
-            make: || Box::new(crate::layouts::ArrayIndexerOf::<16>::default()),
-            inspectable: || Box::new(crate::layouts::ArrayIndexerOf::<16>::default()),
+            name: "array/depth=64",
+            make: || Box::new(crate::layouts::ArrayIndexerOf::<64>::default()),
+            inspectable: || Box::new(crate::layouts::ArrayIndexerOf::<64>::default()),
             primary: false,
         });
     }

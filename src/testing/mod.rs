@@ -28,6 +28,8 @@ mod runner;
 mod step;
 mod universe;
 
+#[cfg(feature = "positional")]
+pub use crate::layouts::positional::NarrowPositionalMap;
 pub use crate::mix::{GOLDEN, SplitMix64, splitmix64};
 #[cfg(not(loom))]
 pub use alloc::{CountingAlloc, collect_garbage};

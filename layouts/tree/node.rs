@@ -25,7 +25,7 @@
 //!   or a parent pointer) stays allocated until the pin ends, even if unlinked meanwhile;
 //!   `unlinked` tells a writer that it was.
 
-use crate::index_core::{Cover, Slot};
+use crate::index_core::{Cover, Key, Slot};
 use crate::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed};
 use crate::sync::{Mutex, lock};
 use crate::types::LocalHash;
@@ -59,6 +59,10 @@ pub struct Node {
     cover: Atomic<Cover>,
     /// Null when there are none.
     children: Atomic<Children>,
+    /// The key of the edge's first block when that block sits at a checkpoint of a layout
+    /// that indexes them (`mod.rs`): the node is in the layout's checkpoint index under it
+    /// while linked.
+    anchor: Option<Key>,
     /// Writers' lock over the node; what it guards is whether the node is unlinked.
     unlinked: Mutex<bool>,
 }
@@ -80,9 +84,11 @@ enum Children {
     Large(papaya::HashMap<ChildKey, NodePtr, foldhash::fast::RandomState>),
 }
 
-/// A child pointer stored in [`Children`].
+/// A node pointer stored where readers find nodes: in [`Children`], and in a layout's
+/// checkpoint index.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct NodePtr(*const Node);
+#[allow(unreachable_pub)] // Named by the sealed checkpoint index.
+pub struct NodePtr(pub(super) *const Node);
 
 // SAFETY: the pointee is shared between threads under the protocol of the module docs.
 unsafe impl Send for NodePtr {}
@@ -158,6 +164,7 @@ impl Node {
             },
             std::ptr::null(),
             None,
+            None,
         )
     }
 
@@ -166,6 +173,7 @@ impl Node {
         key: ChildKey,
         parent: *const Node,
         cover: Option<Cover>,
+        anchor: Option<Key>,
     ) -> Self {
         Self {
             edge,
@@ -173,8 +181,14 @@ impl Node {
             parent,
             cover: cover.map_or_else(Atomic::null, Atomic::new),
             children: Atomic::null(),
+            anchor,
             unlinked: Mutex::new(false),
         }
+    }
+
+    /// The checkpoint key the node is indexed under, if any.
+    pub(super) fn anchor(&self) -> Option<Key> {
+        self.anchor
     }
 
     pub(super) fn is_root(&self) -> bool {
@@ -293,15 +307,20 @@ impl Node {
     }
 
     /// Adds `slot` to the child of `self` at `key`, holding `follow(child's edge)` blocks of it;
-    /// creates the child, with edge `edge()`, when there is none. Returns the child, how many
-    /// blocks `slot` holds there now, the cutoff it had there before, and whether the child was
-    /// created. `self` holds `slot` (I1), or is the root.
+    /// creates the child, with edge `edge()` and checkpoint key `anchor`, when there is none,
+    /// and then calls `index(child)` before anyone else can reach it through `self` (under
+    /// `self`'s lock, so that a writer that finds the child finds it indexed too). Returns the
+    /// child, how many blocks `slot` holds there now, the cutoff it had there before, and
+    /// whether the child was created. `self` holds `slot` (I1), or is the root.
+    #[allow(clippy::too_many_arguments)] // Each closure is one decision of the caller's.
     pub(super) fn enter_child<'g>(
         &'g self,
         key: ChildKey,
         slot: Slot,
         follow: impl FnOnce(&[LocalHash]) -> u32,
         edge: impl FnOnce() -> Box<[LocalHash]>,
+        anchor: Option<Key>,
+        index: impl FnOnce(&'g Node),
         guard: &'g Guard,
     ) -> (&'g Node, u32, u32, bool) {
         let parent_state = lock(&self.unlinked);
@@ -323,11 +342,13 @@ impl Node {
             None => {
                 let edge = edge();
                 let held = edge.len() as u32;
-                let child = Box::new(Node::new(edge, key, self, Some(Cover::one(slot, held))));
-                let child = Box::into_raw(child);
+                let cover = Some(Cover::one(slot, held));
+                let child = Box::into_raw(Box::new(Node::new(edge, key, self, cover, anchor)));
                 self.link(key, child, guard);
                 // SAFETY: just allocated and linked; it stays allocated while we are pinned (I3).
-                (unsafe { &*child }, held, 0, true)
+                let child = unsafe { &*child };
+                index(child);
+                (child, held, 0, true)
             }
         };
         drop(parent_state);
@@ -335,13 +356,20 @@ impl Node {
     }
 
     /// Cuts `slot`'s cutoff in `self` down to `to` (0: removes it), then unlinks `self` and
-    /// its ancestors while they have neither workers nor children. Returns how many nodes were
+    /// its ancestors while they have neither workers nor children, calling `unindex(node)` for
+    /// each under its parent's lock, before it is retired. Returns how many nodes were
     /// unlinked.
     ///
     /// # Safety
     /// The caller's worker (`slot`) is in `self`, holding more than `to` blocks (I1), and the
     /// caller is pinned by `guard`.
-    pub(super) unsafe fn cut(&self, slot: Slot, to: u32, guard: &Guard) -> usize {
+    pub(super) unsafe fn cut(
+        &self,
+        slot: Slot,
+        to: u32,
+        unindex: impl FnMut(&Node),
+        guard: &Guard,
+    ) -> usize {
         let state = lock(&self.unlinked);
         debug_assert!(!*state, "a node with a worker is linked (I1)");
         let cover = self.cover(guard).expect("a node with a worker has a cover");
@@ -354,11 +382,15 @@ impl Node {
             }
         };
         drop(state);
-        if emptied { self.prune(guard) } else { 0 }
+        if emptied {
+            self.prune(unindex, guard)
+        } else {
+            0
+        }
     }
 
     /// Unlinks `self`, then its ancestors, while they have neither workers nor children.
-    fn prune(&self, guard: &Guard) -> usize {
+    fn prune(&self, mut unindex: impl FnMut(&Node), guard: &Guard) -> usize {
         let mut node = self;
         let mut unlinked = 0;
         while !node.is_root() {
@@ -371,11 +403,13 @@ impl Node {
                 return unlinked; // Already unlinked by another writer, or needed again.
             }
             parent.unlink(node.key, guard);
+            unindex(node);
             *state = true;
             drop(state);
             drop(parent_state);
-            // SAFETY: unlinked from the only place that published it; readers and writers
-            // that reached it are pinned (I3) and see `unlinked`; freed after they unpin.
+            // SAFETY: unlinked from its parent and out of the checkpoint index, the only places
+            // that published it; readers and writers that reached it are pinned (I3) and see
+            // `unlinked`; freed after they unpin.
             unsafe { guard.defer_destroy(Shared::from(node as *const Node)) };
             unlinked += 1;
             node = parent;

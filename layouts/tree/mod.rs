@@ -1,0 +1,437 @@
+//! The compressed, epoch-reclaimed edge tree under every layout: nodes are edges of consecutive
+//! blocks, and what a worker holds of an edge is one cutoff. The layouts differ in how a query
+//! reaches a node: the radix tree only from the root, the positional and array layouts also
+//! by key, at checkpoints.
+//!
+//! A stored run becomes a few new nodes at most: its blocks' local hashes contiguous in each
+//! edge. A run that follows existing edges raises the worker's cutoff once per edge; a removal
+//! cuts it once per edge. So a 128-block store or a 64-block tail eviction costs a few node
+//! operations, not 128 or 64 entry rewrites. Children hang at any offset of an edge, so a
+//! store that leaves an edge midway adds a child there and never splits the edge: nodes never
+//! move, and the core's handles (node, offset) stay valid (see `node.rs`).
+//!
+//! # Checkpoints
+//!
+//! A layout with a checkpoint index ([`Checkpoints`] with a nonzero `STRIDE`) caps every edge
+//! at the next multiple of the stride, so the block at each checkpoint position `c * STRIDE`
+//! of any chain is the *first* block of its node; and it indexes exactly those nodes under the
+//! block's key (position, canonical hash of the prefix). A query then lands on any checkpoint
+//! of its own chain with one probe, without walking there: the core's jump search with binary
+//! scan-back runs over checkpoints, and the tree walk finishes the last few blocks. Keys exist
+//! only at checkpoints (one index entry per distinct prefix there, whatever the number of
+//! workers holding it), and between them the query's local hashes are compared with an edge's
+//! contiguously.
+//!
+//! A node enters the index when it is created, under its parent's lock, and leaves it when it
+//! is unlinked, under the same lock and before it is retired. So a node found in the index was
+//! linked when it was found, and stays allocated while the finder is pinned (I3 in `node.rs`).
+//!
+//! Covers and children are read lock-free; writers lock a parent before its child, replace
+//! covers' membership and child arrays as a whole, change cutoffs in place, and retire what they
+//! replace through `crossbeam-epoch`. A node is unlinked as soon as it has neither workers nor
+//! children, so memory follows the live state under any churn. The protocol and the
+//! invariants behind every `unsafe` block are in `node.rs`.
+
+mod node;
+
+use node::ChildKey;
+pub(crate) use node::{Node, NodePtr, Spot};
+
+use crate::index_core::{Checkpointed, Cover, Key, Search, Slot, Storage, Tree};
+use crate::sync::atomic::{AtomicU64, Ordering};
+use crate::types::{Block, LocalHash};
+use crossbeam_epoch::Guard;
+#[cfg(not(loom))]
+use std::cell::Cell;
+
+/// Mutations between two pushes of this thread's retired objects to the global collector.
+///
+/// crossbeam-epoch collects at most a few hundred objects every 128 pins, and the core pins once
+/// per event while a tree event retires an object per node it touches, so without this, garbage
+/// outgrows collection under sustained writes (measured: 1.8 KB per held pair instead of ~0.2).
+#[cfg(not(loom))]
+const MUTATIONS_PER_FLUSH: u32 = 64;
+
+#[cfg(not(loom))]
+thread_local! {
+    static MUTATIONS: Cell<u32> = const { Cell::new(0) };
+}
+
+/// Under loom the counter would survive from one explored execution to the next and make the
+/// model nondeterministic; the flush only bounds garbage, it plays no part in correctness.
+#[cfg(loom)]
+fn mutated(_: &Guard) {}
+
+/// Counts a mutation; every [`MUTATIONS_PER_FLUSH`], hands this thread's garbage to the collector
+/// and lets it collect.
+#[cfg(not(loom))]
+fn mutated(guard: &Guard) {
+    let n = MUTATIONS.with(|m| {
+        let n = m.get() + 1;
+        m.set(n % MUTATIONS_PER_FLUSH);
+        n
+    });
+    if n == MUTATIONS_PER_FLUSH {
+        guard.flush();
+    }
+}
+
+/// Where a tree's checkpoint nodes are found by key.
+///
+/// The index holds node pointers only; the tree decides what enters and leaves it (see the
+/// module docs), so an implementation is a concurrent map and nothing more.
+#[allow(unreachable_pub)] // Sealed: public in a private module, as the seam.
+pub trait Checkpoints: Default + Send + Sync + 'static {
+    /// Keeps what a reader of the index sees alive.
+    type Guard<'a>
+    where
+        Self: 'a;
+
+    /// The core's search over a tree with this index.
+    type Search: Search;
+
+    /// Positions between checkpoints: a multiple of the canonical roll's lanes, so that a
+    /// query's rolled marks land on every checkpoint; 0 for a tree without an index.
+    const STRIDE: u32;
+
+    /// Enters a read-side critical section.
+    fn guard(&self) -> Self::Guard<'_>;
+
+    /// Indexes `node` under `key`. Keeps the node already there if any: two live prefixes
+    /// with one canonical hash (see `canon.rs` for how unlikely) leave the second unindexed,
+    /// never a pointer that outlives its node.
+    fn insert(&self, key: Key, node: NodePtr, guard: &Self::Guard<'_>);
+
+    /// Drops `key` from the index if it names `node`.
+    fn remove(&self, key: Key, node: NodePtr, guard: &Self::Guard<'_>);
+
+    /// The node indexed under `key`.
+    fn get(&self, key: Key, guard: &Self::Guard<'_>) -> Option<NodePtr>;
+
+    /// Lets go of what this thread retired and still batches (see
+    /// [`Storage::flush_retired`]).
+    fn flush(&self) {}
+}
+
+/// No index: the radix tree, reached from its root only.
+#[derive(Debug, Default)]
+#[cfg_attr(not(feature = "radix"), allow(dead_code))]
+#[allow(unreachable_pub)] // Named by a public layout's sealed impls.
+pub struct Unindexed;
+
+impl Checkpoints for Unindexed {
+    type Guard<'a> = ();
+    type Search = crate::index_core::Walk;
+    const STRIDE: u32 = 0;
+
+    fn guard(&self) {}
+
+    fn insert(&self, _: Key, _: NodePtr, (): &()) {
+        unreachable!("a tree without checkpoints indexes no node")
+    }
+
+    fn remove(&self, _: Key, _: NodePtr, (): &()) {}
+
+    fn get(&self, _: Key, (): &()) -> Option<NodePtr> {
+        None
+    }
+}
+
+/// What a reader of an edge tree holds: an epoch pin for the nodes, and the index's guard.
+#[allow(unreachable_pub)] // Named by a public layout's sealed impls.
+pub struct TreeGuard<'a, I: Checkpoints> {
+    epoch: Guard,
+    index: I::Guard<'a>,
+}
+
+impl<I: Checkpoints> core::fmt::Debug for TreeGuard<'_, I> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("TreeGuard").finish_non_exhaustive()
+    }
+}
+
+/// The tree itself, with its checkpoint index `I`; the public layouts wrap one ([`AsTree`]).
+#[allow(unreachable_pub)] // Named by a public layout's sealed impls.
+pub struct EdgeTree<I> {
+    root: Node,
+    /// Linked nodes, the root excluded.
+    nodes: AtomicU64,
+    index: I,
+}
+
+impl<I> core::fmt::Debug for EdgeTree<I> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("EdgeTree")
+            .field("nodes", &self.nodes())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<I: Default> Default for EdgeTree<I> {
+    fn default() -> Self {
+        Self {
+            root: Node::root(),
+            nodes: AtomicU64::new(0),
+            index: I::default(),
+        }
+    }
+}
+
+impl<I> Drop for EdgeTree<I> {
+    fn drop(&mut self) {
+        // SAFETY: `&mut self`: no reader or writer can reach the tree any more.
+        unsafe { self.root.free_descendants() };
+    }
+}
+
+impl<I> EdgeTree<I> {
+    /// Linked nodes.
+    pub(crate) fn nodes(&self) -> usize {
+        self.nodes.load(Ordering::Relaxed) as usize
+    }
+
+    /// The checkpoint index.
+    #[cfg_attr(not(any(feature = "positional", feature = "array")), allow(dead_code))]
+    pub(crate) fn index(&self) -> &I {
+        &self.index
+    }
+}
+
+/// A public layout that is an edge tree: the seam's impls below serve all of them.
+#[allow(unreachable_pub)] // Sealed: public in a private module, as the seam.
+pub trait AsTree: Default + Send + Sync + 'static {
+    /// Where checkpoint nodes are indexed.
+    type Index: Checkpoints;
+
+    /// The tree.
+    fn tree(&self) -> &EdgeTree<Self::Index>;
+}
+
+impl<T: AsTree> Storage for T {
+    type Search = <T::Index as Checkpoints>::Search;
+    type Guard<'a> = TreeGuard<'a, T::Index>;
+    type Handle = Spot;
+    const KEYED: bool = T::Index::STRIDE > 0;
+
+    #[inline]
+    fn guard(&self) -> TreeGuard<'_, T::Index> {
+        TreeGuard {
+            epoch: crossbeam_epoch::pin(),
+            index: self.tree().index.guard(),
+        }
+    }
+
+    unsafe fn add(
+        &self,
+        key: Key,
+        local: LocalHash,
+        parent: Option<Spot>,
+        slot: Slot,
+        guard: &Self::Guard<'_>,
+    ) -> (Spot, bool) {
+        let mut handle = Vec::with_capacity(1);
+        let block = Block::new(local, crate::types::SeqHash(0));
+        // SAFETY: the caller's contract, for a run of one block.
+        let twins = unsafe { self.add_run(parent, &[key], &[block], slot, guard, &mut handle) };
+        (handle[0], twins == 0)
+    }
+
+    unsafe fn remove(&self, key: Key, handle: Spot, slot: Slot, guard: &Self::Guard<'_>) -> bool {
+        // SAFETY: the caller's contract, for a run of one block.
+        unsafe { self.remove_run(&[key], &[handle], slot, guard) };
+        true
+    }
+
+    unsafe fn add_run(
+        &self,
+        parent: Option<Spot>,
+        keys: &[Key],
+        blocks: &[Block],
+        slot: Slot,
+        guard: &Self::Guard<'_>,
+        handles: &mut Vec<Spot>,
+    ) -> usize {
+        // SAFETY: the caller's contract.
+        unsafe {
+            self.tree()
+                .add_run(parent, keys, blocks, slot, guard, handles)
+        }
+    }
+
+    unsafe fn remove_run(&self, _: &[Key], handles: &[Spot], slot: Slot, guard: &Self::Guard<'_>) {
+        // SAFETY: the caller's contract.
+        unsafe { self.tree().remove_run(handles, slot, guard) }
+    }
+
+    fn entries(&self) -> usize {
+        self.tree().nodes()
+    }
+
+    fn flush_retired(&self) {
+        self.tree().index.flush();
+    }
+}
+
+impl<T: AsTree> Tree for T {
+    type Node = Node;
+
+    #[inline]
+    fn child<'g>(
+        &'g self,
+        parent: Option<&'g Node>,
+        at: u32,
+        local: LocalHash,
+        guard: &'g Self::Guard<'_>,
+    ) -> Option<&'g Node> {
+        parent
+            .unwrap_or(&self.tree().root)
+            .child(ChildKey { at, local }, &guard.epoch)
+    }
+
+    #[inline]
+    fn edge<'g>(&'g self, node: &'g Node) -> &'g [LocalHash] {
+        node.edge()
+    }
+
+    #[inline]
+    fn cover<'g>(&'g self, node: &'g Node, guard: &'g Self::Guard<'_>) -> Option<&'g Cover> {
+        node.cover(&guard.epoch)
+    }
+}
+
+impl<T: AsTree> Checkpointed for T {
+    const STRIDE: u32 = T::Index::STRIDE;
+
+    #[inline]
+    fn checkpoint<'g>(&'g self, key: Key, guard: &'g Self::Guard<'_>) -> Option<&'g Node> {
+        let node = self.tree().index.get(key, &guard.index)?;
+        // SAFETY: a node is in the index only while linked, and leaves it before it is retired
+        // (module docs); we are pinned by `guard.epoch`, so it stays allocated (I3).
+        Some(unsafe { &*node.0 })
+    }
+}
+
+impl<I: Checkpoints> EdgeTree<I> {
+    /// See [`Storage::add_run`]; `keys` are the blocks' keys when `I` has checkpoints.
+    ///
+    /// # Safety
+    /// As [`Storage::add_run`].
+    unsafe fn add_run(
+        &self,
+        parent: Option<Spot>,
+        keys: &[Key],
+        blocks: &[Block],
+        slot: Slot,
+        guard: &TreeGuard<'_, I>,
+        handles: &mut Vec<Spot>,
+    ) -> usize {
+        let epoch = &guard.epoch;
+        let (mut node, mut off) = match parent {
+            // SAFETY: the core passes the handle of its worker's reachable parent block, so the
+            // worker is in that node (I1).
+            Some(spot) => (unsafe { spot.node() }, spot.off + 1),
+            None => (&self.root, 0),
+        };
+        // Blocks this worker already held at the front of the run (salted twins).
+        let (mut twins, mut all_held) = (0usize, true);
+        let mut held_before = |from: u32, to: u32, old: u32| {
+            if all_held {
+                let held = old.min(to).saturating_sub(from);
+                twins += held as usize;
+                all_held = held == to - from;
+            }
+        };
+        handles.reserve(blocks.len());
+        let mut rest = blocks;
+        while let Some(first) = rest.first() {
+            let (at, to) = if node.edge().get(off as usize) == Some(&first.local) {
+                // On along an edge this worker is in (I1): it stays linked, one cutoff to raise.
+                let to = off + follow(&node.edge()[off as usize..], rest);
+                held_before(off, to, node.raise_own(slot, to, epoch));
+                (off, to)
+            } else {
+                let key = ChildKey {
+                    at: off,
+                    local: first.local,
+                };
+                // A new edge stops at the next checkpoint; one starting at a checkpoint is
+                // indexed under its first block's key.
+                let (cap, anchor) = match I::STRIDE {
+                    0 => (rest.len(), None),
+                    stride => {
+                        let first_key = keys[blocks.len() - rest.len()];
+                        let into = first_key.pos % stride;
+                        let cap = rest.len().min((stride - into) as usize);
+                        (cap, (into == 0).then_some(first_key))
+                    }
+                };
+                let (child, to, old, created) = node.enter_child(
+                    key,
+                    slot,
+                    |edge| follow(edge, rest),
+                    || rest[..cap].iter().map(|b| b.local).collect(),
+                    anchor,
+                    |child| {
+                        if let Some(anchor) = anchor {
+                            self.index.insert(anchor, NodePtr(child), &guard.index);
+                        }
+                    },
+                    epoch,
+                );
+                if created {
+                    self.nodes.fetch_add(1, Ordering::Relaxed);
+                }
+                held_before(0, to, old);
+                node = child;
+                (0, to)
+            };
+            handles.extend((at..to).map(|o| Spot::new(node, o)));
+            rest = &rest[(to - at) as usize..];
+            off = to;
+            mutated(epoch);
+        }
+        twins
+    }
+
+    /// See [`Storage::remove_run`].
+    ///
+    /// # Safety
+    /// As [`Storage::remove_run`].
+    unsafe fn remove_run(&self, handles: &[Spot], slot: Slot, guard: &TreeGuard<'_, I>) {
+        // One cut per node, the deepest first: a run's blocks in one node are consecutive.
+        let mut end = handles.len();
+        while end > 0 {
+            let last = handles[end - 1];
+            let mut start = end - 1;
+            while start > 0 && handles[start - 1].same_node(last) {
+                start -= 1;
+            }
+            debug_assert_eq!(last.off - handles[start].off, (end - 1 - start) as u32);
+            let unindex = |node: &Node| {
+                if let Some(anchor) = node.anchor() {
+                    self.index.remove(anchor, NodePtr(node), &guard.index);
+                }
+            };
+            // SAFETY: the core removes a slot only from the nodes it added it to and has not
+            // removed it from since, so the worker is in the node, holding up to `last` (I1);
+            // `guard` pins the caller.
+            let unlinked = unsafe {
+                last.node()
+                    .cut(slot, handles[start].off, unindex, &guard.epoch)
+            };
+            if unlinked > 0 {
+                self.nodes.fetch_sub(unlinked as u64, Ordering::Relaxed);
+            }
+            mutated(&guard.epoch);
+            end = start;
+        }
+    }
+}
+
+/// How many of `blocks` follow `edge` from its start.
+fn follow(edge: &[LocalHash], blocks: &[Block]) -> u32 {
+    edge.iter()
+        .zip(blocks)
+        .take_while(|(local, block)| **local == block.local)
+        .count() as u32
+}
