@@ -251,16 +251,104 @@ impl<T: AsTree> Storage for T {
         guard: &Self::Guard<'_>,
         handles: &mut Vec<Spot>,
     ) -> usize {
-        // SAFETY: the caller's contract.
-        unsafe {
-            self.tree()
-                .add_run(parent, keys, blocks, slot, guard, handles)
+        let tree = self.tree();
+        let epoch = &guard.epoch;
+        let (mut node, mut off) = match parent {
+            // SAFETY: the core passes the handle of its worker's reachable parent block, so the
+            // worker is in that node (I1).
+            Some(spot) => (unsafe { spot.node() }, spot.off + 1),
+            None => (&tree.root, 0),
+        };
+        // Blocks this worker already held at the front of the run (salted twins).
+        let (mut twins, mut all_held) = (0usize, true);
+        let mut held_before = |from: u32, to: u32, old: u32| {
+            if all_held {
+                let held = old.min(to).saturating_sub(from);
+                twins += held as usize;
+                all_held = held == to - from;
+            }
+        };
+        handles.reserve(blocks.len());
+        let mut rest = blocks;
+        while let Some(first) = rest.first() {
+            let (at, to) = if node.edge().get(off as usize) == Some(&first.local) {
+                // On along an edge this worker is in (I1): it stays linked, one cutoff to raise.
+                let to = off + follow(&node.edge()[off as usize..], rest);
+                held_before(off, to, node.raise_own(slot, to, epoch));
+                (off, to)
+            } else {
+                let key = ChildKey {
+                    at: off,
+                    local: first.local,
+                };
+                // A new edge stops at the next checkpoint; one starting at a checkpoint is
+                // indexed under its first block's key.
+                let (cap, anchor) = match T::Index::STRIDE {
+                    0 => (rest.len(), None),
+                    stride => {
+                        let first_key = keys[blocks.len() - rest.len()];
+                        let into = first_key.pos % stride;
+                        let cap = rest.len().min((stride - into) as usize);
+                        (cap, (into == 0).then_some(first_key))
+                    }
+                };
+                let (child, to, old, created) = node.enter_child(
+                    key,
+                    slot,
+                    |edge| follow(edge, rest),
+                    || rest[..cap].iter().map(|b| b.local).collect(),
+                    anchor,
+                    |child| {
+                        if let Some(anchor) = anchor {
+                            tree.index.insert(anchor, NodePtr(child), &guard.index);
+                        }
+                    },
+                    epoch,
+                );
+                if created {
+                    tree.nodes.fetch_add(1, Ordering::Relaxed);
+                }
+                held_before(0, to, old);
+                node = child;
+                (0, to)
+            };
+            handles.extend((at..to).map(|o| Spot::new(node, o)));
+            rest = &rest[(to - at) as usize..];
+            off = to;
+            mutated(epoch);
         }
+        twins
     }
 
     unsafe fn remove_run(&self, _: &[Key], handles: &[Spot], slot: Slot, guard: &Self::Guard<'_>) {
-        // SAFETY: the caller's contract.
-        unsafe { self.tree().remove_run(handles, slot, guard) }
+        let tree = self.tree();
+        // One cut per node, the deepest first: a run's blocks in one node are consecutive.
+        let mut end = handles.len();
+        while end > 0 {
+            let last = handles[end - 1];
+            let mut start = end - 1;
+            while start > 0 && handles[start - 1].same_node(last) {
+                start -= 1;
+            }
+            debug_assert_eq!(last.off - handles[start].off, (end - 1 - start) as u32);
+            let unindex = |node: &Node| {
+                if let Some(anchor) = node.anchor() {
+                    tree.index.remove(anchor, NodePtr(node), &guard.index);
+                }
+            };
+            // SAFETY: the core removes a slot only from the nodes it added it to and has not
+            // removed it from since, so the worker is in the node, holding up to `last` (I1);
+            // `guard` pins the caller.
+            let unlinked = unsafe {
+                last.node()
+                    .cut(slot, handles[start].off, unindex, &guard.epoch)
+            };
+            if unlinked > 0 {
+                tree.nodes.fetch_sub(unlinked as u64, Ordering::Relaxed);
+            }
+            mutated(&guard.epoch);
+            end = start;
+        }
     }
 
     fn entries(&self) -> usize {
@@ -308,123 +396,6 @@ impl<T: AsTree> Checkpointed for T {
         // SAFETY: a node is in the index only while linked, and leaves it before it is retired
         // (module docs); we are pinned by `guard.epoch`, so it stays allocated (I3).
         Some(unsafe { &*node.0 })
-    }
-}
-
-impl<I: Checkpoints> EdgeTree<I> {
-    /// See [`Storage::add_run`]; `keys` are the blocks' keys when `I` has checkpoints.
-    ///
-    /// # Safety
-    /// As [`Storage::add_run`].
-    unsafe fn add_run(
-        &self,
-        parent: Option<Spot>,
-        keys: &[Key],
-        blocks: &[Block],
-        slot: Slot,
-        guard: &TreeGuard<'_, I>,
-        handles: &mut Vec<Spot>,
-    ) -> usize {
-        let epoch = &guard.epoch;
-        let (mut node, mut off) = match parent {
-            // SAFETY: the core passes the handle of its worker's reachable parent block, so the
-            // worker is in that node (I1).
-            Some(spot) => (unsafe { spot.node() }, spot.off + 1),
-            None => (&self.root, 0),
-        };
-        // Blocks this worker already held at the front of the run (salted twins).
-        let (mut twins, mut all_held) = (0usize, true);
-        let mut held_before = |from: u32, to: u32, old: u32| {
-            if all_held {
-                let held = old.min(to).saturating_sub(from);
-                twins += held as usize;
-                all_held = held == to - from;
-            }
-        };
-        handles.reserve(blocks.len());
-        let mut rest = blocks;
-        while let Some(first) = rest.first() {
-            let (at, to) = if node.edge().get(off as usize) == Some(&first.local) {
-                // On along an edge this worker is in (I1): it stays linked, one cutoff to raise.
-                let to = off + follow(&node.edge()[off as usize..], rest);
-                held_before(off, to, node.raise_own(slot, to, epoch));
-                (off, to)
-            } else {
-                let key = ChildKey {
-                    at: off,
-                    local: first.local,
-                };
-                // A new edge stops at the next checkpoint; one starting at a checkpoint is
-                // indexed under its first block's key.
-                let (cap, anchor) = match I::STRIDE {
-                    0 => (rest.len(), None),
-                    stride => {
-                        let first_key = keys[blocks.len() - rest.len()];
-                        let into = first_key.pos % stride;
-                        let cap = rest.len().min((stride - into) as usize);
-                        (cap, (into == 0).then_some(first_key))
-                    }
-                };
-                let (child, to, old, created) = node.enter_child(
-                    key,
-                    slot,
-                    |edge| follow(edge, rest),
-                    || rest[..cap].iter().map(|b| b.local).collect(),
-                    anchor,
-                    |child| {
-                        if let Some(anchor) = anchor {
-                            self.index.insert(anchor, NodePtr(child), &guard.index);
-                        }
-                    },
-                    epoch,
-                );
-                if created {
-                    self.nodes.fetch_add(1, Ordering::Relaxed);
-                }
-                held_before(0, to, old);
-                node = child;
-                (0, to)
-            };
-            handles.extend((at..to).map(|o| Spot::new(node, o)));
-            rest = &rest[(to - at) as usize..];
-            off = to;
-            mutated(epoch);
-        }
-        twins
-    }
-
-    /// See [`Storage::remove_run`].
-    ///
-    /// # Safety
-    /// As [`Storage::remove_run`].
-    unsafe fn remove_run(&self, handles: &[Spot], slot: Slot, guard: &TreeGuard<'_, I>) {
-        // One cut per node, the deepest first: a run's blocks in one node are consecutive.
-        let mut end = handles.len();
-        while end > 0 {
-            let last = handles[end - 1];
-            let mut start = end - 1;
-            while start > 0 && handles[start - 1].same_node(last) {
-                start -= 1;
-            }
-            debug_assert_eq!(last.off - handles[start].off, (end - 1 - start) as u32);
-            let unindex = |node: &Node| {
-                if let Some(anchor) = node.anchor() {
-                    self.index.remove(anchor, NodePtr(node), &guard.index);
-                }
-            };
-            // SAFETY: the core removes a slot only from the nodes it added it to and has not
-            // removed it from since, so the worker is in the node, holding up to `last` (I1);
-            // `guard` pins the caller.
-            let unlinked = unsafe {
-                last.node()
-                    .cut(slot, handles[start].off, unindex, &guard.epoch)
-            };
-            if unlinked > 0 {
-                self.nodes.fetch_sub(unlinked as u64, Ordering::Relaxed);
-            }
-            mutated(&guard.epoch);
-            end = start;
-        }
     }
 }
 
