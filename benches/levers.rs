@@ -4,9 +4,10 @@
 //! - `roll/fold_mix`: the mix the crate rolled before the polynomial (a folded 64x64->128
 //!   multiply of the parent and the local, one dependent step a block), written out here as
 //!   the baseline;
-//! - `roll/block_by_block`: the polynomial one step a block, as the write side rolls a child
-//!   from its parent;
-//! - `roll/by_groups`: the polynomial eight blocks to a dependent step, as a query rolls.
+//! - `roll/block_by_block`: the polynomial one step a block;
+//! - `roll/every_block`: every block's value, four blocks to a dependent step, as the write side
+//!   keys a stored chain;
+//! - `roll/by_groups`: the polynomial 64 blocks to a dependent step, as a query rolls.
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use flash_indexer::LocalHash;
@@ -39,6 +40,9 @@ fn roll(c: &mut Criterion) {
         });
         group.bench_with_input(BenchmarkId::new("block_by_block", depth), &query, |b, q| {
             b.iter(|| roll.block_by_block(black_box(q)))
+        });
+        group.bench_with_input(BenchmarkId::new("every_block", depth), &query, |b, q| {
+            b.iter(|| roll.every_block(black_box(q)))
         });
         group.bench_with_input(BenchmarkId::new("by_groups", depth), &query, |b, q| {
             b.iter(|| roll.by_groups(black_box(q)))

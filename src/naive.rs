@@ -90,10 +90,10 @@ fn store(held: &mut HeldSet, parent: Option<SeqHash>, blocks: &[Block]) -> Resul
     if blocks.is_empty() {
         return Ok(());
     }
-    if let Some(p) = parent {
-        if !held.contains_key(&p) {
-            return Err(EventError::UnknownParent { parent: p });
-        }
+    if let Some(p) = parent
+        && !held.contains_key(&p)
+    {
+        return Err(EventError::UnknownParent { parent: p });
     }
     let mut seen = HashSet::with_hasher(RandomState::default());
     for block in blocks {
@@ -107,10 +107,10 @@ fn store(held: &mut HeldSet, parent: Option<SeqHash>, blocks: &[Block]) -> Resul
             local: block.local,
             parent: block_parent,
         };
-        if let Some(existing) = held.get(&block.seq) {
-            if *existing != wanted {
-                return Err(EventError::Conflict { seq: block.seq });
-            }
+        if let Some(existing) = held.get(&block.seq)
+            && *existing != wanted
+        {
+            return Err(EventError::Conflict { seq: block.seq });
         }
         block_parent = Some(block.seq);
     }

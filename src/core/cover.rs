@@ -307,7 +307,7 @@ mod tests {
             let old = model.get(&slot).copied().unwrap_or(0u32);
             let to = if growing {
                 old + 1 + (x % 5) as u32
-            } else if x % 4 != 0 {
+            } else if !x.is_multiple_of(4) {
                 0
             } else {
                 old.saturating_sub(1 + (x % 3) as u32)

@@ -464,12 +464,12 @@ impl<L: Layout> HeldBlocks<L> {
     fn delete_run(&mut self, id: RunId) {
         let run = std::mem::replace(&mut self.runs[id as usize], Run::vacant());
         debug_assert!(run.blocks.is_empty());
-        if let Some(p) = run.parent {
-            if let Some(list) = self.kids.get_mut(&p) {
-                list.remove(id);
-                if list.is_empty() {
-                    self.kids.remove(&p);
-                }
+        if let Some(p) = run.parent
+            && let Some(list) = self.kids.get_mut(&p)
+        {
+            list.remove(id);
+            if list.is_empty() {
+                self.kids.remove(&p);
             }
         }
         self.free.push(id);
@@ -567,12 +567,8 @@ impl<L: Layout> HeldBlocks<L> {
                 // and writes nothing per block here.
                 let pos = tip.map_or(0, |(key, _)| key.pos + 1);
                 if L::KEYED {
-                    let mut last = tip.map(|(key, _)| key);
-                    for block in &run.blocks[from..end] {
-                        let key = canon.child(last, block.local);
-                        keys.push(key);
-                        last = Some(key);
-                    }
+                    let locals = run.blocks[from..end].iter().map(|block| block.local);
+                    canon.children(tip.map(|(key, _)| key), locals, &mut keys);
                 }
                 // SAFETY: the tip's handle is kept only while its block is reachable, and a
                 // reachable block's entry holds this worker's slot (I1).

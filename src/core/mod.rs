@@ -8,6 +8,7 @@
 pub(crate) mod canon;
 mod child_list;
 mod cover;
+mod gf64;
 mod held;
 pub(crate) mod layout;
 mod run;

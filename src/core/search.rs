@@ -17,8 +17,8 @@
 //!    drop returns it to `J`. Long shared prefixes then cost about `log2 D + D / 1024` probes.
 //!
 //! A query of depth `D` costs at most about `D / J` probes, plus its canonical hashes at the
-//! checkpoints: rolled eight blocks to a dependent step (`canon.rs`), each checkpoint one of
-//! the roll's marks, so a probe computes nothing of its own.
+//! checkpoints: rolled a stride of blocks to a dependent step (`canon.rs`), each checkpoint one
+//! of the roll's marks, so a probe computes nothing of its own.
 //!
 //! Under racing writers every reported depth is `p + 1` for a position `p` where the worker was
 //! *observed* holding the query's block (a cutoff read from a node it was in, which the core
@@ -26,7 +26,7 @@
 //! active set (not merely counted), so a worker that appears mid-query never stands in for one
 //! that left.
 
-use super::canon::{Canon, Key, LANES};
+use super::canon::{Canon, Key, MAX_FOLD};
 use super::layout::seam::{Checkpointed, JumpSearch, Search, Tree, Walk};
 use super::slots::Slot;
 use super::worker_table::{Names, PinnedNames};
@@ -40,6 +40,10 @@ pub const MAX_JUMP: u32 = 256;
 /// `MAX_GALLOP` blocks (and the window of marks on the stack grows with it).
 pub(crate) const MAX_GALLOP: u32 = 1024;
 
+/// The shortest stride of checkpoints a search runs over (the longest is [`MAX_FOLD`], the
+/// longest run the canonical hash folds into one step).
+const MIN_STRIDE: usize = 8;
+
 /// One query's jump search: the layout, the pinned names and the canonical hashes of the
 /// current window.
 struct ScanBack<'a, 'g, L: Checkpointed> {
@@ -48,9 +52,9 @@ struct ScanBack<'a, 'g, L: Checkpointed> {
     names: &'a PinnedNames<'a>,
     canon: &'a Canon,
     query: &'a [LocalHash],
-    /// Canonical hashes at `lo` and every [`LANES`] positions after it: `marks[g]` is position
-    /// `lo + g * LANES`, so every checkpoint of the window has its mark.
-    marks: [u64; MAX_GALLOP as usize / LANES + 1],
+    /// Canonical hashes at `lo` and at every checkpoint after it: `marks[g]` is position
+    /// `lo + g * L::STRIDE`.
+    marks: [u64; MAX_GALLOP as usize / MIN_STRIDE + 1],
     lo: u32,
     /// The canonical hash at the last landing, where the next window starts.
     landing: u64,
@@ -66,7 +70,10 @@ impl<'a, L: Checkpointed> ScanBack<'a, '_, L> {
         self.marks[0] = self.landing;
         self.lo = lo;
         let locals = &self.query[lo as usize + 1..=hi as usize];
-        self.landing = self.canon.roll(self.landing, locals, &mut self.marks[1..]);
+        let every = L::STRIDE as usize;
+        self.landing = self
+            .canon
+            .roll(self.landing, locals, every, &mut self.marks[1..]);
         Key {
             pos: hi,
             canon: self.landing,
@@ -75,10 +82,10 @@ impl<'a, L: Checkpointed> ScanBack<'a, '_, L> {
 
     /// The key of the checkpoint `pos` of the window: its mark.
     fn key_at(&self, pos: u32) -> Key {
-        debug_assert_eq!((pos - self.lo) as usize % LANES, 0);
+        debug_assert_eq!((pos - self.lo) % L::STRIDE, 0);
         Key {
             pos,
-            canon: self.marks[(pos - self.lo) as usize / LANES],
+            canon: self.marks[((pos - self.lo) / L::STRIDE) as usize],
         }
     }
 
@@ -275,7 +282,10 @@ fn jump_search<L: Checkpointed>(
     jump: u32,
 ) -> OverlapScores {
     let stride = L::STRIDE;
-    const { assert!(L::STRIDE > 0 && L::STRIDE as usize % LANES == 0 && MAX_GALLOP % L::STRIDE == 0) };
+    const {
+        assert!(L::STRIDE as usize >= MIN_STRIDE && L::STRIDE as usize <= MAX_FOLD);
+        assert!(MAX_GALLOP.is_multiple_of(L::STRIDE));
+    };
     let Some(&first) = query.first() else {
         return OverlapScores::new();
     };
@@ -289,7 +299,7 @@ fn jump_search<L: Checkpointed>(
         names: &names,
         canon,
         query,
-        marks: [0; MAX_GALLOP as usize / LANES + 1],
+        marks: [0; MAX_GALLOP as usize / MIN_STRIDE + 1],
         lo: 0,
         landing: canon.first(first),
         scores: OverlapScores::new(),

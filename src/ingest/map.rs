@@ -215,7 +215,7 @@ impl EventMapper {
 fn stored_kind(stored: &BlockStored) -> Result<EventKind, MapError> {
     let block_size = stored.block_size as usize;
     let whole = block_size > 0
-        && stored.token_ids.len() % block_size == 0
+        && stored.token_ids.len().is_multiple_of(block_size)
         && stored.token_ids.len() / block_size == stored.block_hashes.len();
     if !whole {
         return Err(MapError::PartialBlocks {

@@ -110,7 +110,7 @@ impl Universe {
     fn held_position(&self, raw: u16, w: Worker, p: usize, salt: u8) -> u32 {
         match self.frontier(w, p, salt) {
             0 => self.position(raw),
-            end if raw % 2 == 0 => end - 1,
+            end if raw.is_multiple_of(2) => end - 1,
             end => self.position(raw / 2) % end,
         }
     }
