@@ -7,7 +7,8 @@
 //! So:
 //! 1. Start with the workers of the node at position 0 (the *active* set).
 //! 2. Jump `J` positions ahead (a multiple of `S`) and look up the node at that checkpoint by
-//!    its key. Workers still in it held every block in between: nothing to check for them.
+//!    its key (one stride ahead, by following the tree's links instead, which is cheaper than a
+//!    probe there). Workers still in it held every block in between: nothing to check for them.
 //! 3. Each dropped worker's last checkpoint lies in the skipped range: binary search over its
 //!    checkpoints. Dropped workers are partitioned in place at each probe, so a probe serves
 //!    all of them at once: at most `min(dropped * log2(J / S), J / S)` probes.
@@ -44,6 +45,10 @@ pub(crate) const MAX_GALLOP: u32 = 1024;
 /// longest run the canonical hash folds into one step).
 const MIN_STRIDE: usize = 8;
 
+/// The most strides one jump covers (a gallop stops at `MAX_GALLOP` or at this many strides,
+/// whichever is shorter): the window of marks a query keeps on its stack.
+const MAX_WINDOW: u32 = 16;
+
 /// One query's jump search: the layout, the pinned names and the canonical hashes of the
 /// current window.
 struct ScanBack<'a, 'g, L: Checkpointed> {
@@ -54,7 +59,7 @@ struct ScanBack<'a, 'g, L: Checkpointed> {
     query: &'a [LocalHash],
     /// Canonical hashes at `lo` and at every checkpoint after it: `marks[g]` is position
     /// `lo + g * L::STRIDE`.
-    marks: [u64; MAX_GALLOP as usize / MIN_STRIDE + 1],
+    marks: [u64; MAX_WINDOW as usize + 1],
     lo: u32,
     /// The canonical hash at the last landing, where the next window starts.
     landing: u64,
@@ -246,6 +251,29 @@ fn descend<'g, L: Tree>(
     }
 }
 
+/// The node whose edge starts at position `to` of `query`, found by walking down from `node`
+/// (whose edge starts at `base`, where the query is known to be) and comparing the edges on the
+/// way with the query: `None` when the query leaves the tree before `to`.
+fn follow<'g, L: Tree>(
+    layout: &'g L,
+    guard: &'g L::Guard<'_>,
+    query: &[LocalHash],
+    mut node: &'g L::Node,
+    mut base: u32,
+    to: u32,
+) -> Option<&'g L::Node> {
+    debug_assert!(base < to && (to as usize) < query.len());
+    loop {
+        let m = common_prefix(layout.edge(node), &query[base as usize..to as usize]) as u32;
+        // Where the query leaves the edge (or reaches `to`), the child that continues it hangs.
+        node = layout.child(Some(node), m, query[(base + m) as usize], guard)?;
+        base += m;
+        if base >= to {
+            return Some(node);
+        }
+    }
+}
+
 /// How many blocks `edge` and `query` share from their starts: whole chunks first, compared
 /// without an early exit so that the compiler compares a chunk's hashes side by side (SIMD),
 /// then block by block inside the chunk where they part.
@@ -299,17 +327,14 @@ fn jump_search<L: Checkpointed>(
         names: &names,
         canon,
         query,
-        marks: [0; MAX_GALLOP as usize / MIN_STRIDE + 1],
+        marks: [0; MAX_WINDOW as usize + 1],
         lo: 0,
         landing: canon.first(first),
         scores: OverlapScores::new(),
         scratch: Vec::new(),
     };
-    let key = Key {
-        pos: 0,
-        canon: search.landing,
-    };
-    let Some(mut lo_node) = layout.checkpoint(key, &guard) else {
+    // Position 0 is the root's child: the tree finds it without a probe.
+    let Some(mut lo_node) = layout.child(None, 0, first, &guard) else {
         return search.scores;
     };
     let Some(cover) = layout.cover(lo_node, &guard) else {
@@ -317,25 +342,30 @@ fn jump_search<L: Checkpointed>(
     };
     let mut active: Vec<Slot> = cover.slots();
     search.scores = OverlapScores::with_capacity(active.len());
-    let mut dropped: Vec<Slot> = Vec::new();
-    let base_jump = jump.div_ceil(stride).max(1) * stride;
+    let gallop = MAX_GALLOP.min(MAX_WINDOW * stride);
+    let base_jump = (jump.div_ceil(stride).max(1) * stride).min(gallop);
     let last = (n - 1) / stride * stride;
     let mut jump = base_jump;
     let mut lo = 0u32;
     while !active.is_empty() && lo < last {
         let hi = (lo + jump).min(last);
         let key = search.slide(lo, hi);
-        let node = layout.checkpoint(key, &guard);
+        // One stride ahead, the tree's own links reach the node: its parent's child list is
+        // warm from the last landing, where a probe of the index would miss twice (bucket,
+        // then entry). Further, one probe replaces a hop per stride.
+        let node = if hi - lo == stride {
+            follow(layout, &guard, query, lo_node, lo, hi)
+        } else {
+            layout.checkpoint(key, &guard)
+        };
         let still = search.partition(node, &mut active);
-        dropped.clear();
-        dropped.extend_from_slice(&active[still..]);
-        active.truncate(still);
         // Gallop: a landing where nobody dropped doubles the next jump (long shared prefixes
         // cost about log2(D) + D / MAX_GALLOP probes); a drop returns to the configured jump.
-        if dropped.is_empty() {
-            jump = (jump * 2).min(MAX_GALLOP);
+        if still == active.len() {
+            jump = (jump * 2).min(gallop);
         } else {
-            search.scan_back(&mut dropped, lo, lo_node, hi);
+            search.scan_back(&mut active[still..], lo, lo_node, hi);
+            active.truncate(still);
             jump = base_jump;
         }
         match node {
