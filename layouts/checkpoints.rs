@@ -14,9 +14,9 @@ use std::sync::Arc; // sync-shim: papaya takes its collector as a std Arc
 pub(crate) const STRIDE: u32 = 64;
 
 /// A hasher for keys made of canonical hashes (and positions). Canonical hashes are already
-/// uniform and keyed per index, but below `2^61`, and papaya takes its tag from a hash's top
-/// seven bits: one multiply spreads the low bits up. SipHash here would cost more than the
-/// probe.
+/// keyed per index, but a polynomial's value is not a mixed hash (it is linear in the blocks),
+/// and papaya takes its tag from a hash's top seven bits: one multiply spreads the bits up.
+/// SipHash here would cost more than the probe.
 #[derive(Clone, Copy, Default, Debug)]
 pub(crate) struct KeyHasher {
     state: u64,
