@@ -12,12 +12,12 @@
 //! Both layouts share the tree, the search and the nodes; they differ only in the checkpoint
 //! index, one entry per distinct prefix at every 64th position. Measured side by side
 //! (`flashbench compare`, 2 cores, medians of 3 rounds, `papers/figures/compare.md`), the array
-//! is *not* measurably better than the positional map: on Dynamo's published workload it held
-//! the same bytes per pair (69.9 against 70.0), stored as fast (48.0M against 47.5M blocks per
-//! second), removed faster (40.1M against 32.1M) and answered slower (p50 0.99 us against
-//! 0.89); on the depth preset and the trace the two are within the noise of each other. With
-//! 64 positions between checkpoints, a query probes the index a few times, and hashing the
-//! position into the key costs nothing that the array saves. The positional map is the default;
+//! is *not* measurably better than the positional map: in the run of commit 5446e6b, on
+//! Dynamo's published workload it held the same bytes per pair (69.9 against 70.0), stored and
+//! removed as fast (29.9M against 29.1M and 23.1M against 23.5M blocks per second) and answered
+//! as fast (p50 0.91 us against 0.94); on the depth preset and the trace the two are within the
+//! noise of each other. With 64 positions between checkpoints, a query probes the index a few
+//! times, and hashing the position into the key costs nothing that the array saves. The positional map is the default;
 //! the array stays for routers that want each checkpoint's map to stay small (`default-array`).
 
 use super::checkpoints::{self, NodeMap, STRIDE, node_map};
