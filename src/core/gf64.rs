@@ -15,7 +15,7 @@ use crate::types::LocalHash;
 
 /// `p mod f` for a carry-less product `p` (degree below 127).
 #[inline(always)]
-pub(crate) fn reduce(p: u128) -> u64 {
+fn reduce(p: u128) -> u64 {
     let (high, low) = ((p >> 64) as u64, p as u64);
     // high * x^64 = high * (x^4 + x^3 + x + 1): four shifted copies, whose bits past x^63
     // (`over`, degree below 4) fold once more, into degree below 8.
@@ -26,7 +26,7 @@ pub(crate) fn reduce(p: u128) -> u64 {
 
 /// The carry-less product of `a` and `b`, bit by bit (the portable path, and the tests' oracle).
 #[inline]
-pub(crate) fn clmul_portable(a: u64, b: u64) -> u128 {
+fn clmul_portable(a: u64, b: u64) -> u128 {
     let a = u128::from(a);
     (0..64).fold(0, |acc, i| {
         acc ^ ((a << i) & 0u128.wrapping_sub(u128::from((b >> i) & 1)))
