@@ -11,10 +11,14 @@ pub(crate) use loom::sync::{Arc, Condvar, Mutex, MutexGuard};
 #[allow(unused_imports)]
 pub(crate) mod atomic {
     #[cfg(not(loom))]
-    pub(crate) use std::sync::atomic::{AtomicBool, AtomicIsize, AtomicU32, AtomicU64, Ordering};
+    pub(crate) use std::sync::atomic::{
+        AtomicBool, AtomicIsize, AtomicPtr, AtomicU32, AtomicU64, Ordering,
+    };
 
     #[cfg(loom)]
-    pub(crate) use loom::sync::atomic::{AtomicBool, AtomicIsize, AtomicU32, AtomicU64, Ordering};
+    pub(crate) use loom::sync::atomic::{
+        AtomicBool, AtomicIsize, AtomicPtr, AtomicU32, AtomicU64, Ordering,
+    };
 }
 
 /// Locks `mutex`, ignoring poisoning: every lock of this crate guards state that is only

@@ -10,9 +10,9 @@
 //!
 //! Covers and child arrays are read through `crossbeam-epoch` guards; their membership is
 //! replaced, never mutated in place (read-copy-update), while cutoffs are atomics; large child
-//! sets are papaya maps, which are concurrent themselves. Whatever is replaced or unlinked is
-//! retired through the epoch, so it is freed only after every reader that could have loaded it
-//! has unpinned.
+//! sets are tables of child pointers changed in place by one writer (`child_table.rs`).
+//! Whatever is replaced or unlinked is retired through the epoch, so it is freed only after
+//! every reader that could have loaded it has unpinned.
 //!
 //! Writers lock a node's `unlinked` to change it, always a parent before its child. A node is
 //! unlinked from its parent (under both locks) only when it has no workers and no children;
@@ -25,6 +25,7 @@
 //!   or a parent pointer) stays allocated until the pin ends, even if unlinked meanwhile;
 //!   `unlinked` tells a writer that it was.
 
+use super::child_table::{ChildTable, Keyed};
 use crate::index_core::{Cover, Key, Slot};
 use crate::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed};
 use crate::sync::{Mutex, lock};
@@ -32,10 +33,13 @@ use crate::types::LocalHash;
 use crossbeam_epoch::{Atomic, Guard, Owned, Shared};
 use std::ptr::NonNull;
 
-/// Children beyond this many move from a sorted array to a concurrent map: copying the array
-/// on every insert is quadratic at a fan-out of thousands (the last shared block of a system
-/// prompt, under which every conversation forks).
+/// Children beyond this many move from a sorted array to a table changed in place: copying the
+/// array on every insert is quadratic at a fan-out of thousands (the last shared block of a
+/// system prompt, under which every conversation forks).
 const SMALL: usize = 16;
+
+/// A table that shrinks to this many children becomes a sorted array again.
+const FEW: usize = SMALL / 2;
 
 /// Where a child hangs: the offset in its parent's edge that its own edge continues from, and
 /// its edge's first local hash (which differs from the parent's block at that offset).
@@ -80,8 +84,15 @@ impl std::fmt::Debug for Node {
 enum Children {
     /// Up to [`SMALL`] children sorted by key, replaced as a whole on every change.
     Small(Box<[(ChildKey, NodePtr)]>),
-    /// More: a concurrent map changed in place. Never empty: an emptied map is replaced by null.
-    Large(papaya::HashMap<ChildKey, NodePtr, foldhash::fast::RandomState>),
+    /// More: a table changed in place, holding more than [`FEW`].
+    Large(ChildTable<Node, foldhash::fast::RandomState>),
+}
+
+impl Keyed for Node {
+    type Key = ChildKey;
+    fn key(&self) -> ChildKey {
+        self.key
+    }
 }
 
 /// A node pointer stored where readers find nodes: in [`Children`], and in a layout's
@@ -96,7 +107,7 @@ unsafe impl Send for NodePtr {}
 unsafe impl Sync for NodePtr {}
 
 // SAFETY: the raw pointers are shared read-only between threads under the protocol of the
-// module docs (I1-I3); every mutation goes through atomics, papaya, or the node's lock.
+// module docs (I1-I3); every mutation goes through atomics or the node's lock.
 unsafe impl Send for Node {}
 // SAFETY: as above.
 unsafe impl Sync for Node {}
@@ -142,14 +153,16 @@ impl Children {
                 let at = entries.binary_search_by_key(&key, |(k, _)| *k).ok()?;
                 Some(entries[at].1.0)
             }
-            Children::Large(map) => map.pin().get(&key).map(|p| p.0),
+            // SAFETY: a child is tombstoned in its parent's table before it is retired, and
+            // every reader of children is pinned (I3).
+            Children::Large(table) => unsafe { table.get(key) },
         }
     }
 
     fn pointers(&self) -> Vec<*const Node> {
         match self {
             Children::Small(entries) => entries.iter().map(|(_, p)| p.0).collect(),
-            Children::Large(map) => map.pin().values().map(|p| p.0).collect(),
+            Children::Large(table) => table.children().collect(),
         }
     }
 }
@@ -232,19 +245,17 @@ impl Node {
     /// Links `child` at `key`. Caller holds `self.unlinked`.
     fn link(&self, key: ChildKey, child: *const Node, guard: &Guard) {
         match self.children(guard) {
-            Some(Children::Large(map)) => {
-                map.pin().insert(key, NodePtr(child));
+            Some(Children::Large(table)) if table.has_room() => table.insert(child),
+            Some(Children::Large(table)) => {
+                let all = table.children().chain([child]).collect::<Vec<_>>();
+                let grown = ChildTable::new(all.into_iter(), table.hasher().clone());
+                self.set_children(Some(Children::Large(grown)), guard);
             }
             Some(Children::Small(entries)) if entries.len() >= SMALL => {
-                let map = papaya::HashMap::with_capacity_and_hasher(2 * SMALL, Default::default());
-                {
-                    let pinned = map.pin();
-                    for (k, p) in entries.iter() {
-                        pinned.insert(*k, *p);
-                    }
-                    pinned.insert(key, NodePtr(child));
-                }
-                self.set_children(Some(Children::Large(map)), guard);
+                let all = entries.iter().map(|(_, p)| p.0).chain([child]);
+                let table =
+                    ChildTable::new(all.collect::<Vec<_>>().into_iter(), Default::default());
+                self.set_children(Some(Children::Large(table)), guard);
             }
             small => {
                 let mut entries = match small {
@@ -261,12 +272,21 @@ impl Node {
     /// Unlinks the child at `key`. Caller holds `self.unlinked`.
     fn unlink(&self, key: ChildKey, guard: &Guard) {
         match self.children(guard) {
-            Some(Children::Large(map)) => {
-                let pinned = map.pin();
-                pinned.remove(&key);
-                if pinned.is_empty() {
-                    drop(pinned);
-                    self.set_children(None, guard);
+            Some(Children::Large(table)) => {
+                table.remove(key);
+                if table.len() <= FEW {
+                    let mut entries: Vec<(ChildKey, NodePtr)> = table
+                        .children()
+                        // SAFETY: the writer's table holds only linked children (I1-I3).
+                        .map(|p| (unsafe { &*p }.key, NodePtr(p)))
+                        .collect();
+                    entries.sort_unstable_by_key(|(k, _)| *k);
+                    self.set_children(Some(Children::Small(entries.into_boxed_slice())), guard);
+                } else if table.len() * 8 < table.capacity() {
+                    // Mostly empty after a wave of removals: memory follows the live children.
+                    let live = table.children().collect::<Vec<_>>();
+                    let shrunk = ChildTable::new(live.into_iter(), table.hasher().clone());
+                    self.set_children(Some(Children::Large(shrunk)), guard);
                 }
             }
             Some(Children::Small(entries)) => {
