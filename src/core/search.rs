@@ -7,8 +7,9 @@
 //! So:
 //! 1. Start with the workers of the node at position 0 (the *active* set).
 //! 2. Jump `J` positions ahead (a multiple of `S`) and look up the node at that checkpoint by
-//!    its key (one stride ahead, by following the tree's links instead, which is cheaper than a
-//!    probe there). Workers still in it held every block in between: nothing to check for them.
+//!    its key. Workers still in it held every block in between: nothing to check for them.
+//!    (One stride ahead, the walk goes there instead, along the tree's links, which is cheaper
+//!    than a probe and scores on the way the workers that stop before the landing.)
 //! 3. Each dropped worker's last checkpoint lies in the skipped range: binary search over its
 //!    checkpoints. Dropped workers are partitioned in place at each probe, so a probe serves
 //!    all of them at once: at most `min(dropped * log2(J / S), J / S)` probes.
@@ -52,11 +53,8 @@ const MAX_WINDOW: u32 = 16;
 /// One query's jump search: the layout, the pinned names and the canonical hashes of the
 /// current window.
 struct ScanBack<'a, 'g, L: Checkpointed> {
-    layout: &'a L,
-    guard: &'a L::Guard<'g>,
-    names: &'a PinnedNames<'a>,
+    walker: Walker<'a, 'g, L>,
     canon: &'a Canon,
-    query: &'a [LocalHash],
     /// Canonical hashes at `lo` and at every checkpoint after it: `marks[g]` is position
     /// `lo + g * L::STRIDE`.
     marks: [u64; MAX_WINDOW as usize + 1],
@@ -74,7 +72,7 @@ impl<'a, L: Checkpointed> ScanBack<'a, '_, L> {
     fn slide(&mut self, lo: u32, hi: u32) -> Key {
         self.marks[0] = self.landing;
         self.lo = lo;
-        let locals = &self.query[lo as usize + 1..=hi as usize];
+        let locals = &self.walker.query[lo as usize + 1..=hi as usize];
         let every = L::STRIDE as usize;
         self.landing = self
             .canon
@@ -97,7 +95,7 @@ impl<'a, L: Checkpointed> ScanBack<'a, '_, L> {
     /// Keeps at the front of `slots` those in `node` (`None`: nobody), in order, the others
     /// after them, in order; returns how many are in.
     fn partition(&mut self, node: Option<&'a L::Node>, slots: &mut [Slot]) -> usize {
-        let Some(cover) = node.and_then(|n| self.layout.cover(n, self.guard)) else {
+        let Some(cover) = node.and_then(|n| self.walker.layout.cover(n, self.walker.guard)) else {
             return 0;
         };
         self.scratch.clear();
@@ -114,22 +112,16 @@ impl<'a, L: Checkpointed> ScanBack<'a, '_, L> {
             return;
         }
         if hi - lo == L::STRIDE {
-            let end = hi.min(self.query.len() as u32);
-            descend(
-                self.layout,
-                self.guard,
-                self.names,
-                self.query,
-                lo_node,
-                lo,
-                end,
-                slots,
-                &mut self.scores,
-            );
+            let end = hi.min(self.walker.query.len() as u32);
+            self.walker
+                .descend(lo_node, lo, end, slots, &mut self.scores);
             return;
         }
         let mid = lo + (hi - lo) / L::STRIDE / 2 * L::STRIDE;
-        let node = self.layout.checkpoint(self.key_at(mid), self.guard);
+        let node = self
+            .walker
+            .layout
+            .checkpoint(self.key_at(mid), self.walker.guard);
         // Partition in place, present at `mid` first; both parts stay sorted for the next merge.
         let split = self.partition(node, slots);
         let (present, absent) = slots.split_at_mut(split);
@@ -183,95 +175,133 @@ fn walk<L: Tree>(layout: &L, names: &Names, query: &[LocalHash]) -> OverlapScore
     let mut active: Vec<Slot> = cover.slots();
     let mut scores = OverlapScores::with_capacity(active.len());
     let end = u32::try_from(query.len()).unwrap_or(u32::MAX);
-    descend(
+    let walker = Walker {
         layout,
-        &guard,
-        &names,
+        guard: &guard,
+        names: &names,
         query,
-        node,
-        0,
-        end,
-        &mut active,
-        &mut scores,
-    );
+    };
+    walker.descend(node, 0, end, &mut active, &mut scores);
     scores
 }
 
-/// Scores `slots`, workers that held the query up to `base` and are in `node` (whose edge
-/// starts at `base`), walking down from there to position `end` at most: at a node whose edge
-/// the query follows for `m` blocks, a worker holding `c < m` of it stops at `c`, and the
-/// others go on to the child where the query leaves the edge. Every reported depth is
-/// `base + c` for a cutoff `c` read from a node the worker was in: at that instant it held the
-/// whole path to there (the core adds shallowest first and removes deepest first), so no
-/// phantom.
-#[allow(clippy::too_many_arguments)] // The walk's state, borrowed from its two callers.
-fn descend<'g, L: Tree>(
-    layout: &'g L,
-    guard: &'g L::Guard<'_>,
-    names: &PinnedNames<'_>,
-    query: &[LocalHash],
-    mut node: &'g L::Node,
-    mut base: u32,
-    end: u32,
-    slots: &mut [Slot],
-    scores: &mut OverlapScores,
-) {
-    let mut len = slots.len();
-    loop {
-        let edge = layout.edge(node);
-        let rest = &query[base as usize..end as usize];
-        let m = common_prefix(edge, rest) as u32;
-        let active = &mut slots[..len];
-        len = match layout.cover(node, guard) {
-            Some(cover) => cover.keep_at_least(active, m, |slot, c| {
-                if base + c > 0 {
-                    scores.push(names.name(slot), base + c);
-                }
-            }),
-            None => {
-                if base > 0 {
-                    for &slot in active.iter() {
-                        scores.push(names.name(slot), base);
-                    }
-                }
-                0
-            }
-        };
-        base += m;
-        if len == 0 || base >= end {
-            break;
-        }
-        match layout.child(Some(node), m, query[base as usize], guard) {
-            Some(child) => node = child,
-            None => break,
+/// Where a walk stopped: in `node`, `off` blocks into its edge, at position `pos` of the query,
+/// with `len` workers (the front of its slots) holding the query up to there.
+struct Reached<'g, N> {
+    node: &'g N,
+    off: u32,
+    pos: u32,
+    len: usize,
+}
+
+/// What a walk down the tree reads: the layout, pinned, the workers' names and the query.
+struct Walker<'a, 'g, L: Tree> {
+    layout: &'a L,
+    guard: &'a L::Guard<'g>,
+    names: &'a PinnedNames<'a>,
+    query: &'a [LocalHash],
+}
+
+impl<'a, L: Tree> Walker<'a, '_, L> {
+    /// Scores `slots`, workers that held the query up to `base` and are in `node` (whose edge
+    /// starts at `base`), walking down from there to position `end` at most; the workers still
+    /// holding the query where the walk stopped are scored there.
+    fn descend(
+        &self,
+        node: &'a L::Node,
+        base: u32,
+        end: u32,
+        slots: &mut [Slot],
+        scores: &mut OverlapScores,
+    ) {
+        let at = self.narrow(node, base, end, slots, scores);
+        for &slot in &slots[..at.len] {
+            scores.push(self.names.name(slot), at.pos);
         }
     }
-    for &slot in &slots[..len] {
-        scores.push(names.name(slot), base);
+
+    /// Walks down from `node` (whose edge starts at `base`) towards position `end`, keeping at
+    /// the front of `slots` the workers that still hold the query and scoring the others: at a
+    /// node whose edge the query follows for `m` blocks, a worker holding `c < m` of it stops
+    /// at `c`, and the others go on to the child where the query leaves the edge. Every
+    /// reported depth is `base + c` for a cutoff `c` read from a node the worker was in: at
+    /// that instant it held the whole path to there (the core adds shallowest first and
+    /// removes deepest first), so no phantom. Stops at `end`, where no worker is left, or
+    /// where the tree has no child that continues the query.
+    fn narrow(
+        &self,
+        mut node: &'a L::Node,
+        mut base: u32,
+        end: u32,
+        slots: &mut [Slot],
+        scores: &mut OverlapScores,
+    ) -> Reached<'a, L::Node> {
+        let (layout, guard, names, query) = (self.layout, self.guard, self.names, self.query);
+        let mut len = slots.len();
+        loop {
+            let edge = layout.edge(node);
+            let rest = &query[base as usize..end as usize];
+            let m = common_prefix(edge, rest) as u32;
+            let active = &mut slots[..len];
+            len = match layout.cover(node, guard) {
+                Some(cover) => cover.keep_at_least(active, m, |slot, c| {
+                    if base + c > 0 {
+                        scores.push(names.name(slot), base + c);
+                    }
+                }),
+                None => {
+                    if base > 0 {
+                        for &slot in active.iter() {
+                            scores.push(names.name(slot), base);
+                        }
+                    }
+                    0
+                }
+            };
+            let reached = Reached {
+                node,
+                off: m,
+                pos: base + m,
+                len,
+            };
+            if len == 0 || reached.pos >= end {
+                return reached;
+            }
+            match layout.child(Some(node), m, query[reached.pos as usize], guard) {
+                Some(child) => {
+                    warm(layout, child, guard);
+                    node = child;
+                }
+                None => return reached,
+            }
+            base = reached.pos;
+        }
     }
 }
 
-/// The node whose edge starts at position `to` of `query`, found by walking down from `node`
-/// (whose edge starts at `base`, where the query is known to be) and comparing the edges on the
-/// way with the query: `None` when the query leaves the tree before `to`.
-fn follow<'g, L: Tree>(
-    layout: &'g L,
-    guard: &'g L::Guard<'_>,
-    query: &[LocalHash],
-    mut node: &'g L::Node,
-    mut base: u32,
-    to: u32,
-) -> Option<&'g L::Node> {
-    debug_assert!(base < to && (to as usize) < query.len());
-    loop {
-        let m = common_prefix(layout.edge(node), &query[base as usize..to as usize]) as u32;
-        // Where the query leaves the edge (or reaches `to`), the child that continues it hangs.
-        node = layout.child(Some(node), m, query[(base + m) as usize], guard)?;
-        base += m;
-        if base >= to {
-            return Some(node);
+/// Asks for `node`'s edge and cover, each behind its own pointer in the node, before the walk
+/// reads them: their misses then overlap each other instead of adding up.
+#[inline]
+fn warm<L: Tree>(layout: &L, node: &L::Node, guard: &L::Guard<'_>) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
+        /// The edge's first lines: the hardware's stream prefetcher takes over from there.
+        const LINES: usize = 4;
+        const PER_LINE: usize = 64 / size_of::<LocalHash>();
+        let edge = layout.edge(node).chunks(PER_LINE).take(LINES);
+        let cover = layout.cover(node, guard).map(std::ptr::from_ref);
+        let lines = edge
+            .map(|line| line.as_ptr().cast())
+            .chain(cover.map(|c| c.cast()));
+        for line in lines {
+            // SAFETY: SSE is in every x86-64 CPU (the target's baseline), and a prefetch is a
+            // hint that reads nothing and never faults, whatever the address.
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(line) };
         }
     }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (layout, node, guard);
 }
 
 /// How many blocks `edge` and `query` share from their starts: whole chunks first, compared
@@ -322,11 +352,13 @@ fn jump_search<L: Checkpointed>(
     let names = names.pin();
     let guard = layout.guard();
     let mut search = ScanBack {
-        layout,
-        guard: &guard,
-        names: &names,
+        walker: Walker {
+            layout,
+            guard: &guard,
+            names: &names,
+            query,
+        },
         canon,
-        query,
         marks: [0; MAX_WINDOW as usize + 1],
         lo: 0,
         landing: canon.first(first),
@@ -350,24 +382,60 @@ fn jump_search<L: Checkpointed>(
     while !active.is_empty() && lo < last {
         let hi = (lo + jump).min(last);
         let key = search.slide(lo, hi);
-        // One stride ahead, the tree's own links reach the node: its parent's child list is
-        // warm from the last landing, where a probe of the index would miss twice (bucket,
-        // then entry). Further, one probe replaces a hop per stride.
+        let before = active.len();
         let node = if hi - lo == stride {
-            follow(layout, &guard, query, lo_node, lo, hi)
+            // One stride ahead, the tree's own links reach the node: its parent's children are
+            // warm from the last landing, where a probe of the index would miss twice (bucket,
+            // then entry). The walk there scores whoever stops on the way, so nobody is left
+            // to scan back.
+            let at = search
+                .walker
+                .narrow(lo_node, lo, hi, &mut active, &mut search.scores);
+            active.truncate(at.len);
+            if at.pos < hi {
+                // The tree ends before `hi`: whoever is left stops where it does.
+                for &slot in &active {
+                    search.scores.push(names.name(slot), at.pos);
+                }
+                active.clear();
+                None
+            } else {
+                let node = layout.child(Some(at.node), at.off, query[hi as usize], &guard);
+                if let Some(node) = node {
+                    warm(layout, node, &guard);
+                }
+                let cover = node.and_then(|n| layout.cover(n, &guard));
+                let still = match cover {
+                    Some(cover) => cover.keep_at_least(&mut active, 1, |slot, _| {
+                        search.scores.push(names.name(slot), hi);
+                    }),
+                    None => {
+                        for &slot in &active {
+                            search.scores.push(names.name(slot), hi);
+                        }
+                        0
+                    }
+                };
+                active.truncate(still);
+                node
+            }
         } else {
-            layout.checkpoint(key, &guard)
+            // Further, one probe replaces a hop per stride.
+            let node = layout.checkpoint(key, &guard);
+            let still = search.partition(node, &mut active);
+            if still < active.len() {
+                search.scan_back(&mut active[still..], lo, lo_node, hi);
+                active.truncate(still);
+            }
+            node
         };
-        let still = search.partition(node, &mut active);
         // Gallop: a landing where nobody dropped doubles the next jump (long shared prefixes
         // cost about log2(D) + D / MAX_GALLOP probes); a drop returns to the configured jump.
-        if still == active.len() {
-            jump = (jump * 2).min(gallop);
+        jump = if active.len() == before {
+            (jump * 2).min(gallop)
         } else {
-            search.scan_back(&mut active[still..], lo, lo_node, hi);
-            active.truncate(still);
-            jump = base_jump;
-        }
+            base_jump
+        };
         match node {
             Some(node) if !active.is_empty() => lo_node = node,
             _ => break,
@@ -376,17 +444,9 @@ fn jump_search<L: Checkpointed>(
     }
     if !active.is_empty() {
         let end = (lo + stride).min(n);
-        descend(
-            layout,
-            &guard,
-            &names,
-            query,
-            lo_node,
-            lo,
-            end,
-            &mut active,
-            &mut search.scores,
-        );
+        search
+            .walker
+            .descend(lo_node, lo, end, &mut active, &mut search.scores);
     }
     search.scores
 }
