@@ -43,6 +43,7 @@ pub(crate) struct Names {
 }
 
 impl Names {
+    #[inline]
     fn locate(slot: Slot) -> (usize, usize) {
         let block = slot as usize / FIRST_SEGMENT + 1;
         let segment = (usize::BITS - 1 - block.leading_zeros()) as usize;
@@ -52,8 +53,19 @@ impl Names {
         )
     }
 
+    /// The cell of `slot`, its segment made on first use.
+    #[inline]
     fn cell(&self, slot: Slot) -> &Name {
         let (segment, offset) = Self::locate(slot);
+        // A slot read from a layout was named first, so its segment exists: one load.
+        match self.segments[segment].get() {
+            Some(seg) => &seg[offset],
+            None => self.first_cell(segment, offset),
+        }
+    }
+
+    #[cold]
+    fn first_cell(&self, segment: usize, offset: usize) -> &Name {
         let seg = self.segments[segment].get_or_init(|| {
             (0..FIRST_SEGMENT << segment)
                 .map(|_| (AtomicU64::new(0), AtomicU32::new(0)))
