@@ -37,8 +37,19 @@ pub(crate) struct WorkerCell<L: Layout> {
 /// One slot's worker, as an id and a dp rank readable without locks.
 type Name = (AtomicU64, AtomicU32);
 
+/// A segment of `len` unnamed slots.
+fn segment_of(len: usize) -> Box<[Name]> {
+    (0..len)
+        .map(|_| (AtomicU64::new(0), AtomicU32::new(0)))
+        .collect()
+}
+
 /// slot -> worker, readable without locks.
 pub(crate) struct Names {
+    /// The first segment, made with the table: most indexes never name more workers, and
+    /// their lookups skip the segment search.
+    first: Box<[Name]>,
+    /// The others, made on first use (`segments[0]` stays empty).
     segments: [OnceLock<Box<[Name]>>; SEGMENTS],
 }
 
@@ -56,6 +67,9 @@ impl Names {
     /// The cell of `slot`, its segment made on first use.
     #[inline]
     fn cell(&self, slot: Slot) -> &Name {
+        if let Some(name) = self.first.get(slot as usize) {
+            return name;
+        }
         let (segment, offset) = Self::locate(slot);
         // A slot read from a layout was named first, so its segment exists: one load.
         match self.segments[segment].get() {
@@ -66,11 +80,7 @@ impl Names {
 
     #[cold]
     fn first_cell(&self, segment: usize, offset: usize) -> &Name {
-        let seg = self.segments[segment].get_or_init(|| {
-            (0..FIRST_SEGMENT << segment)
-                .map(|_| (AtomicU64::new(0), AtomicU32::new(0)))
-                .collect()
-        });
+        let seg = self.segments[segment].get_or_init(|| segment_of(FIRST_SEGMENT << segment));
         &seg[offset]
     }
 
@@ -94,7 +104,7 @@ impl Names {
 
 impl std::fmt::Debug for Names {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let segments = self.segments.iter().filter(|s| s.get().is_some()).count();
+        let segments = 1 + self.segments.iter().filter(|s| s.get().is_some()).count();
         f.debug_struct("Names")
             .field("segments", &segments)
             .finish()
@@ -155,6 +165,7 @@ impl<L: Layout> Default for WorkerTable<L> {
         Self {
             shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(),
             names: Names {
+                first: segment_of(FIRST_SEGMENT),
                 segments: std::array::from_fn(|_| OnceLock::new()),
             },
             free: Arc::new(Mutex::new(FreeSlots::default())),
