@@ -1,6 +1,8 @@
 //! The jump search's levers, each timed on its own (issue 16): how a query's canonical hashes
-//! are rolled. `cargo bench --bench levers`.
+//! are rolled, how a child is found by key, and how the set of matching workers is narrowed
+//! at a node. `cargo bench --bench levers`.
 //!
+//! Roll:
 //! - `roll/fold_mix`: the mix the crate rolled before the polynomial (a folded 64x64->128
 //!   multiply of the parent and the local, one dependent step a block), written out here as
 //!   the baseline;
@@ -8,10 +10,21 @@
 //! - `roll/every_block`: every block's value, four blocks to a dependent step, as the write side
 //!   keys a stored chain;
 //! - `roll/by_groups`: the polynomial 64 blocks to a dependent step, as a query rolls.
+//!
+//! Probe (one lookup of a child by key, in random order over 256 parents x 4,096 children of a
+//! cache line each, 64 MiB of children: a lookup misses the caches as a query's does):
+//! - `probe/papaya`: the concurrent map the tree kept large child sets in before (the entry
+//!   behind the bucket's pointer: two dependent misses, then the child);
+//! - `probe/child_table`: the tree's table of the child pointers themselves (one miss, then the
+//!   child).
+//!
+//! Sets (narrowing every worker of a node to those holding its whole edge, half of them not):
+//! - `sets/keep_at_least/N`: N workers; up to 64 the cover is a sorted list walked alongside
+//!   the active slots, beyond that a bit and a cutoff per slot.
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use flash_indexer::LocalHash;
-use flash_indexer::testing::{CanonicalRoll, SplitMix64};
+use flash_indexer::testing::{CanonicalRoll, ChildProbe, CoverSets, SplitMix64};
 use std::hint::black_box;
 use std::time::Duration;
 
@@ -51,5 +64,44 @@ fn roll(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, roll);
+fn probe(c: &mut Criterion) {
+    let mut group = c.benchmark_group("probe");
+    group
+        .warm_up_time(Duration::from_millis(300))
+        .measurement_time(Duration::from_secs(2))
+        .sample_size(30);
+    let probe = ChildProbe::new(256, 4096, 3);
+    let mut i = 0;
+    group.bench_function("papaya", |b| {
+        b.iter(|| {
+            i += 1;
+            probe.in_map(black_box(i))
+        })
+    });
+    group.bench_function("child_table", |b| {
+        b.iter(|| {
+            i += 1;
+            probe.in_table(black_box(i))
+        })
+    });
+    group.finish();
+}
+
+fn sets(c: &mut Criterion) {
+    let mut group = c.benchmark_group("sets");
+    group
+        .warm_up_time(Duration::from_millis(300))
+        .measurement_time(Duration::from_secs(1))
+        .sample_size(30);
+    for workers in [64u32, 1024, 4096] {
+        let sets = CoverSets::new(workers, 2);
+        group.throughput(Throughput::Elements(u64::from(workers)));
+        group.bench_function(BenchmarkId::new("keep_at_least", workers), |b| {
+            b.iter(|| black_box(&sets).keep())
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, roll, probe, sets);
 criterion_main!(benches);

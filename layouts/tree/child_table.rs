@@ -31,7 +31,7 @@ pub(super) const MIN_SLOTS: usize = 64;
 pub(super) const MIN_SLOTS: usize = 4;
 
 /// What a table points to: something that knows its own key.
-pub(super) trait Keyed {
+pub(crate) trait Keyed {
     type Key: Copy + Eq + Hash;
     fn key(&self) -> Self::Key;
 }
@@ -42,7 +42,7 @@ fn tombstone<T>() -> *mut T {
 }
 
 /// Children of one node, by key. Slots hold `*const T` tagged in their low bits.
-pub(super) struct ChildTable<T, S> {
+pub(crate) struct ChildTable<T, S> {
     slots: Box<[AtomicPtr<T>]>,
     /// Children in the table (writer side).
     live: AtomicU32,
@@ -62,7 +62,7 @@ impl<T, S> std::fmt::Debug for ChildTable<T, S> {
 
 impl<T: Keyed, S: BuildHasher + Clone> ChildTable<T, S> {
     /// A table of `children` (distinct keys), with room to grow.
-    pub(super) fn new(children: impl ExactSizeIterator<Item = *const T>, hasher: S) -> Self {
+    pub(crate) fn new(children: impl ExactSizeIterator<Item = *const T>, hasher: S) -> Self {
         const { assert!(align_of::<T>() > TAG_MASK) };
         let slots = (children.len() * 2).next_power_of_two().max(MIN_SLOTS);
         let table = Self {
@@ -82,12 +82,12 @@ impl<T: Keyed, S: BuildHasher + Clone> ChildTable<T, S> {
     }
 
     /// How many children the table holds.
-    pub(super) fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.live.load(Ordering::Relaxed) as usize
     }
 
     /// How many slots it has.
-    pub(super) fn capacity(&self) -> usize {
+    pub(crate) fn capacity(&self) -> usize {
         self.slots.len()
     }
 
@@ -105,7 +105,7 @@ impl<T: Keyed, S: BuildHasher + Clone> ChildTable<T, S> {
     /// Every child in the table stays allocated while the caller is pinned: a child is
     /// tombstoned before it is retired (I3 in `node.rs`).
     #[inline]
-    pub(super) unsafe fn get(&self, key: T::Key) -> Option<*const T> {
+    pub(crate) unsafe fn get(&self, key: T::Key) -> Option<*const T> {
         let (mut at, tag) = self.home(key);
         let mask = self.slots.len() - 1;
         for _ in 0..self.slots.len() {
@@ -130,13 +130,13 @@ impl<T: Keyed, S: BuildHasher + Clone> ChildTable<T, S> {
     }
 
     /// Whether `child` (absent) fits without growing the table or clearing its tombstones.
-    pub(super) fn has_room(&self) -> bool {
+    pub(crate) fn has_room(&self) -> bool {
         let used = self.used.load(Ordering::Relaxed) as usize;
         (used + 1) * 4 <= self.slots.len() * 3
     }
 
     /// Adds `child`, whose key is absent. Caller: the writer, after [`has_room`](Self::has_room).
-    pub(super) fn insert(&self, child: *const T) {
+    pub(crate) fn insert(&self, child: *const T) {
         debug_assert!(self.has_room());
         // SAFETY: the writer passes a child it has just created and not yet linked.
         let key = unsafe { &*child }.key();
@@ -168,7 +168,7 @@ impl<T: Keyed, S: BuildHasher + Clone> ChildTable<T, S> {
     }
 
     /// Tombstones the child at `key`; `false` if there is none. Caller: the writer.
-    pub(super) fn remove(&self, key: T::Key) -> bool {
+    pub(crate) fn remove(&self, key: T::Key) -> bool {
         // SAFETY: the writer's table holds only live children.
         let Some(child) = (unsafe { self.get(key) }) else {
             return false;
@@ -188,7 +188,7 @@ impl<T: Keyed, S: BuildHasher + Clone> ChildTable<T, S> {
     }
 
     /// Every child, in no order.
-    pub(super) fn children(&self) -> impl Iterator<Item = *const T> + '_ {
+    pub(crate) fn children(&self) -> impl Iterator<Item = *const T> + '_ {
         self.slots.iter().filter_map(|slot| {
             let child = slot.load(Ordering::Acquire).map_addr(|a| a & !TAG_MASK);
             (!child.is_null()).then_some(child.cast_const())
@@ -196,7 +196,7 @@ impl<T: Keyed, S: BuildHasher + Clone> ChildTable<T, S> {
     }
 
     /// The hasher, for the table that replaces this one.
-    pub(super) fn hasher(&self) -> &S {
+    pub(crate) fn hasher(&self) -> &S {
         &self.hasher
     }
 }

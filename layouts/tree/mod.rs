@@ -32,7 +32,7 @@
 //! children, so memory follows the live state under any churn. The protocol and the
 //! invariants behind every `unsafe` block are in `node.rs`.
 
-mod child_table;
+pub(crate) mod child_table;
 mod node;
 
 use node::ChildKey;

@@ -44,7 +44,7 @@ const FEW: usize = SMALL / 2;
 /// Where a child hangs: the offset in its parent's edge that its own edge continues from, and
 /// its edge's first local hash (which differs from the parent's block at that offset).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub(super) struct ChildKey {
+pub(crate) struct ChildKey {
     pub(super) at: u32,
     pub(super) local: LocalHash,
 }

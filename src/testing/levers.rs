@@ -3,6 +3,11 @@
 
 use crate::index_core::canon::{Canon, MAX_FOLD};
 use crate::index_core::search::MAX_GALLOP;
+use crate::index_core::{Cover, Slot};
+#[cfg(any(feature = "positional", feature = "array", feature = "radix"))]
+use crate::layouts::tree::child_table::{ChildTable, Keyed};
+#[cfg(any(feature = "positional", feature = "array", feature = "radix"))]
+use crate::mix::SplitMix64;
 use crate::types::LocalHash;
 
 /// The canonical hash of a query prefix, rolled as the search rolls it (a stride of blocks to
@@ -62,5 +67,197 @@ impl CanonicalRoll {
             .fold(self.canon.first(first), |c, window| {
                 self.canon.roll(c, window, MAX_FOLD, &mut marks)
             })
+    }
+}
+
+/// The probe lever: finding one of a parent's many children by key, in the table the tree
+/// keeps them in (the child pointers themselves, slot computed from the key) or in the
+/// concurrent map it used before (papaya, whose entries sit behind the bucket's pointer).
+/// Children are a cache line each, and there are enough of them (`parents * children`) that
+/// a lookup in random order misses the caches, as a query's does.
+///
+/// ```
+/// use flash_indexer::testing::ChildProbe;
+///
+/// let probe = ChildProbe::new(4, 100, 1);
+/// assert_eq!(probe.in_table(17), probe.in_map(17));
+/// ```
+#[cfg(any(feature = "positional", feature = "array", feature = "radix"))]
+pub struct ChildProbe {
+    tables: Vec<ChildTable<ProbeChild, foldhash::fast::RandomState>>,
+    maps: Vec<papaya::HashMap<u64, ProbeChildPtr, foldhash::fast::RandomState>>,
+    /// (parent, key) in the order lookups take them.
+    order: Vec<(u32, u64)>,
+    _children: Vec<ProbeChild>,
+}
+
+#[cfg(any(feature = "positional", feature = "array", feature = "radix"))]
+#[repr(align(64))]
+struct ProbeChild {
+    key: u64,
+    payload: u64,
+}
+
+#[cfg(any(feature = "positional", feature = "array", feature = "radix"))]
+impl Keyed for ProbeChild {
+    type Key = u64;
+    fn key(&self) -> u64 {
+        self.key
+    }
+}
+
+/// A child pointer the map can hold (papaya needs `Send + Sync` values).
+#[cfg(any(feature = "positional", feature = "array", feature = "radix"))]
+#[derive(Clone, Copy)]
+struct ProbeChildPtr(*const ProbeChild);
+
+// SAFETY: the pointee is only read, and outlives every map that holds the pointer (the
+// children's Vec is never pushed to after the maps are built, so it never moves them).
+#[cfg(any(feature = "positional", feature = "array", feature = "radix"))]
+unsafe impl Send for ProbeChildPtr {}
+// SAFETY: as above.
+#[cfg(any(feature = "positional", feature = "array", feature = "radix"))]
+unsafe impl Sync for ProbeChildPtr {}
+
+#[cfg(any(feature = "positional", feature = "array", feature = "radix"))]
+impl std::fmt::Debug for ChildProbe {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ChildProbe")
+            .field("parents", &self.tables.len())
+            .field("lookups", &self.order.len())
+            .finish_non_exhaustive()
+    }
+}
+
+#[cfg(any(feature = "positional", feature = "array", feature = "radix"))]
+impl ChildProbe {
+    /// `children` children with random keys under each of `parents` parents, in both
+    /// structures, and every (parent, key) once in a random order.
+    pub fn new(parents: usize, children: usize, seed: u64) -> Self {
+        let mut rng = SplitMix64(seed);
+        let all: Vec<ProbeChild> = (0..parents * children)
+            .map(|_| {
+                let key = rng.next_u64();
+                ProbeChild {
+                    key,
+                    payload: key.rotate_left(17),
+                }
+            })
+            .collect();
+        let mut tables = Vec::with_capacity(parents);
+        let mut maps = Vec::with_capacity(parents);
+        for mine in all.chunks(children.max(1)) {
+            let pointers = || mine.iter().map(|c| c as *const ProbeChild);
+            tables.push(ChildTable::new(
+                pointers().collect::<Vec<_>>().into_iter(),
+                Default::default(),
+            ));
+            let map = papaya::HashMap::with_capacity_and_hasher(children, Default::default());
+            for (child, pointer) in mine.iter().zip(pointers()) {
+                map.pin().insert(child.key, ProbeChildPtr(pointer));
+            }
+            maps.push(map);
+        }
+        let mut order: Vec<(u32, u64)> = all
+            .iter()
+            .enumerate()
+            .map(|(i, c)| ((i / children.max(1)) as u32, c.key))
+            .collect();
+        for i in (1..order.len()).rev() {
+            order.swap(i, (rng.next_u64() % (i as u64 + 1)) as usize);
+        }
+        Self {
+            tables,
+            maps,
+            order,
+            _children: all,
+        }
+    }
+
+    /// How many lookups a round takes (every child once).
+    pub fn lookups(&self) -> usize {
+        self.order.len()
+    }
+
+    /// The payload of the `i`-th child of the order (modulo its length), found in its parent's
+    /// table.
+    pub fn in_table(&self, i: usize) -> u64 {
+        let (parent, key) = self.order[i % self.order.len()];
+        // SAFETY: the children outlive the tables, and nothing is ever removed.
+        let child = unsafe { self.tables[parent as usize].get(key) };
+        // SAFETY: as above.
+        child.map_or(0, |c| unsafe { &*c }.payload)
+    }
+
+    /// The same, found in its parent's papaya map.
+    pub fn in_map(&self, i: usize) -> u64 {
+        let (parent, key) = self.order[i % self.order.len()];
+        let map = self.maps[parent as usize].pin();
+        // SAFETY: the children outlive the maps.
+        map.get(&key).map_or(0, |c| unsafe { &*c.0 }.payload)
+    }
+}
+
+/// The set lever: the step of a search where the workers still matching (`active`, sorted
+/// slots) are narrowed to those holding at least `m` blocks of a node, read from the node's
+/// cover, whose form depends on its size: a sorted list up to 64 workers, a bit and a cutoff
+/// per slot beyond.
+///
+/// ```
+/// use flash_indexer::testing::CoverSets;
+///
+/// let sets = CoverSets::new(1_000, 2);
+/// assert_eq!(sets.keep(), 500);
+/// ```
+pub struct CoverSets {
+    cover: Cover,
+    active: Vec<Slot>,
+    scratch: std::cell::RefCell<Vec<Slot>>,
+}
+
+impl std::fmt::Debug for CoverSets {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CoverSets")
+            .field("active", &self.active.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl CoverSets {
+    /// A cover of `workers` slots, where one in `stop_every` holds a single block and the
+    /// others the whole edge; every worker is active.
+    pub fn new(workers: u32, stop_every: u32) -> Self {
+        let active: Vec<Slot> = (0..workers).collect();
+        let cutoff = |s: Slot| {
+            if s.is_multiple_of(stop_every.max(1)) {
+                1
+            } else {
+                64
+            }
+        };
+        let mut cover = Cover::one(0, cutoff(0));
+        for &slot in &active[1..] {
+            if let Err((Some(bigger), _)) = cover.raise(slot, cutoff(slot)) {
+                cover = bigger;
+            }
+        }
+        Self {
+            cover,
+            active,
+            scratch: Default::default(),
+        }
+    }
+
+    /// Narrows every active worker to those holding the whole edge, counting the others as a
+    /// search scores them; returns how many are kept.
+    pub fn keep(&self) -> usize {
+        let mut scratch = self.scratch.borrow_mut();
+        scratch.clone_from(&self.active);
+        let mut dropped = 0u64;
+        let kept = self
+            .cover
+            .keep_at_least(&mut scratch, 64, |_, c| dropped += u64::from(c));
+        std::hint::black_box(dropped);
+        kept
     }
 }
