@@ -48,6 +48,7 @@ mod mix;
 mod naive;
 #[cfg(not(loom))]
 pub mod pool;
+mod prefetch;
 mod scores;
 mod sync;
 mod types;

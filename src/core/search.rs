@@ -32,6 +32,7 @@ use super::canon::{Canon, Key, MAX_FOLD};
 use super::layout::seam::{Checkpointed, JumpSearch, Search, Tree, Walk};
 use super::slots::Slot;
 use super::worker_table::{Names, PinnedNames};
+use crate::prefetch::prefetch;
 use crate::scores::OverlapScores;
 use crate::types::LocalHash;
 
@@ -283,25 +284,15 @@ impl<'a, L: Tree> Walker<'a, '_, L> {
 /// reads them: their misses then overlap each other instead of adding up.
 #[inline]
 fn warm<L: Tree>(layout: &L, node: &L::Node, guard: &L::Guard<'_>) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
-        /// The edge's first lines: the hardware's stream prefetcher takes over from there.
-        const LINES: usize = 4;
-        const PER_LINE: usize = 64 / size_of::<LocalHash>();
-        let edge = layout.edge(node).chunks(PER_LINE).take(LINES);
-        let cover = layout.cover(node, guard).map(std::ptr::from_ref);
-        let lines = edge
-            .map(|line| line.as_ptr().cast())
-            .chain(cover.map(|c| c.cast()));
-        for line in lines {
-            // SAFETY: SSE is in every x86-64 CPU (the target's baseline), and a prefetch is a
-            // hint that reads nothing and never faults, whatever the address.
-            unsafe { _mm_prefetch::<_MM_HINT_T0>(line) };
-        }
+    /// The edge's first lines: the hardware's stream prefetcher takes over from there.
+    const LINES: usize = 4;
+    const PER_LINE: usize = 64 / size_of::<LocalHash>();
+    for line in layout.edge(node).chunks(PER_LINE).take(LINES) {
+        prefetch(line.as_ptr());
     }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = (layout, node, guard);
+    if let Some(cover) = layout.cover(node, guard) {
+        prefetch(std::ptr::from_ref(cover));
+    }
 }
 
 /// How many blocks `edge` and `query` share from their starts: whole chunks first, compared
