@@ -14,6 +14,11 @@
 //! Whatever is replaced or unlinked is retired through the epoch, so it is freed only after
 //! every reader that could have loaded it has unpinned.
 //!
+//! A node is one allocation with its edge after it and the cover it was created with inside
+//! it (`Node::create`): a walk that reaches a private suffix reads its edge and its worker in
+//! the node's own lines. That first cover is published once; replaced, it stays unused in the
+//! node until the node is freed, which no reader that could still hold it outlives (I3).
+//!
 //! Writers lock a node's `unlinked` to change it, always a parent before its child. A node is
 //! unlinked from its parent (under both locks) only when it has no workers and no children;
 //! then `unlinked` is set. From that follow the invariants the `// SAFETY:` comments name:
@@ -31,6 +36,7 @@ use crate::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed};
 use crate::sync::{Mutex, lock};
 use crate::types::LocalHash;
 use crossbeam_epoch::{Atomic, Guard, Owned, Shared};
+use std::alloc::{self, Layout};
 use std::ptr::NonNull;
 
 /// Children beyond this many move from a sorted array to a table changed in place: copying the
@@ -54,13 +60,23 @@ pub(crate) struct ChildKey {
 ///
 /// Opaque: layouts hand nodes to the core's walk, which only passes them back.
 pub struct Node {
-    /// Local hashes of the edge's blocks; empty only at the root.
-    edge: Box<[LocalHash]>,
+    /// The local hashes of the edge's blocks, right after the node in its allocation
+    /// ([`Node::create`]), so that reaching a node brings its edge along instead of a second
+    /// miss; dangling at the root, whose edge is empty.
+    edge: *const LocalHash,
+    /// Blocks in the edge.
+    len: u32,
     /// Its key in the parent's children.
     key: ChildKey,
     parent: *const Node,
-    /// Null when no worker holds any of the edge.
+    /// Null when no worker holds any of the edge. Points to `first` until the cover is first
+    /// replaced, to a cover of its own after that.
     cover: Atomic<Cover>,
+    /// The cover the node was created with, in place: a private suffix (one worker, the common
+    /// case) keeps it for life, so a walk reads it in the node's own lines. Published once:
+    /// once replaced it is never pointed to again, and it is freed with the node, which
+    /// outlives every reader that could still hold it (I3).
+    first: Option<Cover>,
     /// Null when there are none.
     children: Atomic<Children>,
     /// The key of the edge's first block when that block sits at a checkpoint of a layout
@@ -75,7 +91,7 @@ impl std::fmt::Debug for Node {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Node")
             .field("key", &self.key)
-            .field("edge", &self.edge.len())
+            .field("edge", &self.len)
             .finish_non_exhaustive()
     }
 }
@@ -169,34 +185,89 @@ impl Children {
 
 impl Node {
     pub(super) fn root() -> Self {
-        Self::new(
-            Box::new([]),
-            ChildKey {
+        Self {
+            edge: std::ptr::NonNull::dangling().as_ptr(),
+            len: 0,
+            key: ChildKey {
                 at: 0,
                 local: LocalHash(0),
             },
-            std::ptr::null(),
-            None,
-            None,
-        )
-    }
-
-    fn new(
-        edge: Box<[LocalHash]>,
-        key: ChildKey,
-        parent: *const Node,
-        cover: Option<Cover>,
-        anchor: Option<Key>,
-    ) -> Self {
-        Self {
-            edge,
-            key,
-            parent,
-            cover: cover.map_or_else(Atomic::null, Atomic::new),
+            parent: std::ptr::null(),
+            cover: Atomic::null(),
+            first: None,
             children: Atomic::null(),
-            anchor,
+            anchor: None,
             unlinked: Mutex::new(false),
         }
+    }
+
+    /// The layout of a node whose edge has `len` blocks, and where in it the edge starts.
+    fn layout(len: usize) -> (Layout, usize) {
+        let edge = Layout::array::<LocalHash>(len).expect("an edge fits in memory");
+        let (layout, at) = Layout::new::<Node>()
+            .extend(edge)
+            .expect("an edge fits in memory");
+        (layout.pad_to_align(), at)
+    }
+
+    /// Allocates a node with its edge after it and `cover` in place; free it with
+    /// [`destroy`](Self::destroy).
+    fn create(
+        edge: &[LocalHash],
+        key: ChildKey,
+        parent: *const Node,
+        cover: Cover,
+        anchor: Option<Key>,
+    ) -> *const Node {
+        let (layout, at) = Self::layout(edge.len());
+        // SAFETY: the layout has a nonzero size (it holds a node).
+        let base = unsafe { alloc::alloc(layout) };
+        if base.is_null() {
+            alloc::handle_alloc_error(layout);
+        }
+        let node = base.cast::<Node>();
+        // SAFETY: `base` is a fresh allocation of `layout`: a node at its start, `edge.len()`
+        // local hashes from `at`, both aligned (Layout::extend); the node's pointers are made
+        // from `base`, so they may reach the whole allocation.
+        unsafe {
+            let blocks = base.add(at).cast::<LocalHash>();
+            blocks.copy_from_nonoverlapping(edge.as_ptr(), edge.len());
+            node.write(Self {
+                edge: blocks,
+                len: edge.len() as u32,
+                key,
+                parent,
+                cover: Atomic::null(),
+                first: Some(cover),
+                children: Atomic::null(),
+                anchor,
+                unlinked: Mutex::new(false),
+            });
+            let first = std::ptr::addr_of!((*node).first).cast::<Cover>();
+            (*node).cover.store(Shared::from(first), Relaxed);
+        }
+        node
+    }
+
+    /// Frees a node made by [`create`](Self::create) (with whatever covers and children it
+    /// still owns).
+    ///
+    /// # Safety
+    /// Nobody can reach `node` any more, and it is freed once.
+    unsafe fn destroy(node: *const Node) {
+        // SAFETY: made by `create` with this length, reachable by nobody (the caller).
+        unsafe {
+            let (layout, _) = Self::layout((*node).len as usize);
+            std::ptr::drop_in_place(node.cast_mut());
+            alloc::dealloc(node.cast_mut().cast(), layout);
+        }
+    }
+
+    /// The cover in place, as the published pointer would name it.
+    fn first_cover(&self) -> *const Cover {
+        self.first
+            .as_ref()
+            .map_or(std::ptr::null(), std::ptr::from_ref)
     }
 
     /// The checkpoint key the node is indexed under, if any.
@@ -209,7 +280,9 @@ impl Node {
     }
 
     pub(super) fn edge(&self) -> &[LocalHash] {
-        &self.edge
+        // SAFETY: `edge` points to `len` initialized hashes that live as long as the node, and
+        // are never written after `create` (dangling with 0 at the root).
+        unsafe { std::slice::from_raw_parts(self.edge, self.len as usize) }
     }
 
     fn children<'g>(&self, guard: &'g Guard) -> Option<&'g Children> {
@@ -226,14 +299,19 @@ impl Node {
 
     /// The node's cover, lock-free.
     pub(super) fn cover<'g>(&self, guard: &'g Guard) -> Option<&'g Cover> {
-        // SAFETY: covers are only freed through the epoch after being replaced (I3).
+        // SAFETY: covers are only freed through the epoch after being replaced, or with the
+        // node (the one in place), which outlives the pin (I3).
         unsafe { self.cover.load(Acquire, guard).as_ref() }
     }
 
     /// Replaces the cover. Caller holds `self.unlinked`.
     fn set_cover(&self, cover: Option<Cover>, guard: &Guard) {
         let new = cover.map_or(Shared::null(), |c| Owned::new(c).into_shared(guard));
-        retire(self.cover.swap(new, AcqRel, guard), guard);
+        let old = self.cover.swap(new, AcqRel, guard);
+        // The cover in place is freed with the node, never on its own.
+        if old.as_raw() != self.first_cover() {
+            retire(old, guard);
+        }
     }
 
     /// Replaces the children. Caller holds `self.unlinked`.
@@ -350,7 +428,7 @@ impl Node {
         );
         let out = match self.child(key, guard) {
             Some(child) => {
-                let held = follow(&child.edge);
+                let held = follow(child.edge());
                 debug_assert!(held > 0, "a child's edge starts with its key's local hash");
                 let child_state = lock(&child.unlinked);
                 // Linked under our lock, so not unlinked: that needs the parent's lock.
@@ -362,8 +440,7 @@ impl Node {
             None => {
                 let edge = edge();
                 let held = edge.len() as u32;
-                let cover = Some(Cover::one(slot, held));
-                let child = Box::into_raw(Box::new(Node::new(edge, key, self, cover, anchor)));
+                let child = Node::create(&edge, key, self, Cover::one(slot, held), anchor);
                 self.link(key, child, guard);
                 // SAFETY: just allocated and linked; it stays allocated while we are pinned (I3).
                 let child = unsafe { &*child };
@@ -427,10 +504,12 @@ impl Node {
             *state = true;
             drop(state);
             drop(parent_state);
+            let node_ptr = std::ptr::from_ref(node);
             // SAFETY: unlinked from its parent and out of the checkpoint index, the only places
             // that published it; readers and writers that reached it are pinned (I3) and see
-            // `unlinked`; freed after they unpin.
-            unsafe { guard.defer_destroy(Shared::from(node as *const Node)) };
+            // `unlinked`; freed once, after they unpin. Made by `create` (the root is never
+            // unlinked).
+            unsafe { guard.defer_unchecked(move || Node::destroy(node_ptr)) };
             unlinked += 1;
             node = parent;
         }
@@ -448,11 +527,13 @@ impl Node {
             .children(guard)
             .map_or_else(Vec::new, Children::pointers);
         while let Some(ptr) = stack.pop() {
-            // SAFETY: every linked node was allocated by `Box::new` in `enter_child` and is
-            // linked from exactly one parent, so it is freed exactly once.
-            let node = unsafe { Box::from_raw(ptr as *mut Node) };
-            if let Some(children) = node.children(guard) {
-                stack.extend(children.pointers());
+            // SAFETY: every linked node was made by `create` in `enter_child` and is linked
+            // from exactly one parent, so it is read here, then freed, exactly once.
+            unsafe {
+                if let Some(children) = (*ptr).children(guard) {
+                    stack.extend(children.pointers());
+                }
+                Node::destroy(ptr);
             }
         }
     }
@@ -474,7 +555,8 @@ impl Drop for Node {
         unsafe {
             let guard = crossbeam_epoch::unprotected();
             let cover = self.cover.load(Relaxed, guard);
-            if !cover.is_null() {
+            // The cover in place goes with the node's other fields.
+            if !cover.is_null() && cover.as_raw() != self.first_cover() {
                 drop(cover.into_owned());
             }
             let children = self.children.load(Relaxed, guard);
