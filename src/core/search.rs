@@ -60,8 +60,11 @@ struct ScanBack<'a, 'g, L: Checkpointed> {
     /// `lo + g * L::STRIDE`.
     marks: [u64; MAX_WINDOW as usize + 1],
     lo: u32,
-    /// The canonical hash at the last landing, where the next window starts.
+    /// The canonical hash at position `rolled`: the roll is lazy, since a landing one stride
+    /// ahead is walked to and needs no key (in a query of up to two strides, nothing is
+    /// rolled at all).
     landing: u64,
+    rolled: u32,
     scores: OverlapScores,
     /// Absent slots during a partition (reused, so a query allocates it at most once).
     scratch: Vec<Slot>,
@@ -71,13 +74,24 @@ impl<'a, L: Checkpointed> ScanBack<'a, '_, L> {
     /// Rolls the window on to `lo..=hi`, where `lo` is the last landing, and returns the key at
     /// `hi`, the next landing.
     fn slide(&mut self, lo: u32, hi: u32) -> Key {
+        let every = L::STRIDE as usize;
+        // Catch up with the landings that were walked to, a window at a time (the marks on the
+        // way are not needed: they are written over below).
+        while self.rolled < lo {
+            let to = lo.min(self.rolled + MAX_WINDOW * L::STRIDE);
+            let locals = &self.walker.query[self.rolled as usize + 1..=to as usize];
+            self.landing = self
+                .canon
+                .roll(self.landing, locals, every, &mut self.marks[1..]);
+            self.rolled = to;
+        }
         self.marks[0] = self.landing;
         self.lo = lo;
         let locals = &self.walker.query[lo as usize + 1..=hi as usize];
-        let every = L::STRIDE as usize;
         self.landing = self
             .canon
             .roll(self.landing, locals, every, &mut self.marks[1..]);
+        self.rolled = hi;
         Key {
             pos: hi,
             canon: self.landing,
@@ -353,6 +367,7 @@ fn jump_search<L: Checkpointed>(
         marks: [0; MAX_WINDOW as usize + 1],
         lo: 0,
         landing: canon.first(first),
+        rolled: 0,
         scores: OverlapScores::new(),
         scratch: Vec::new(),
     };
@@ -372,7 +387,6 @@ fn jump_search<L: Checkpointed>(
     let mut lo = 0u32;
     while !active.is_empty() && lo < last {
         let hi = (lo + jump).min(last);
-        let key = search.slide(lo, hi);
         let before = active.len();
         let node = if hi - lo == stride {
             // One stride ahead, the tree's own links reach the node: its parent's children are
@@ -412,6 +426,7 @@ fn jump_search<L: Checkpointed>(
             }
         } else {
             // Further, one probe replaces a hop per stride.
+            let key = search.slide(lo, hi);
             let node = layout.checkpoint(key, &guard);
             let still = search.partition(node, &mut active);
             if still < active.len() {
