@@ -89,25 +89,21 @@ impl Cover {
         m: u32,
         mut dropped: impl FnMut(Slot, u32),
     ) -> usize {
-        let mut keep = |slots: &mut [Slot], cutoff_of: &mut dyn FnMut(Slot) -> u32| {
-            let mut write = 0;
-            for read in 0..slots.len() {
-                let slot = slots[read];
-                let c = cutoff_of(slot);
-                if c >= m {
-                    slots[write] = slot;
-                    write += 1;
-                } else {
-                    dropped(slot, c);
-                }
-            }
-            write
-        };
         match self {
+            Cover::One(sole, c) => {
+                // A private suffix under many active workers: all but one drop, at 0.
+                let c = c.load(Ordering::Acquire);
+                keep(
+                    slots,
+                    m,
+                    &mut dropped,
+                    |slot| if slot == *sole { c } else { 0 },
+                )
+            }
             Cover::Many(pairs) => {
                 // Both sorted: one forward walk over the cover.
                 let mut j = 0;
-                keep(slots, &mut |slot| {
+                keep(slots, m, &mut dropped, |slot| {
                     while j < pairs.len() && pairs[j].0 < slot {
                         j += 1;
                     }
@@ -117,7 +113,7 @@ impl Cover {
                     }
                 })
             }
-            _ => keep(slots, &mut |slot| self.cutoff(slot)),
+            Cover::Wide(wide) => keep(slots, m, &mut dropped, |slot| wide.cutoff(slot)),
         }
     }
 
@@ -226,6 +222,29 @@ impl Cover {
     fn many(pairs: &[(Slot, u32)]) -> Self {
         Cover::Many(pairs.iter().map(|&(s, c)| (s, AtomicU32::new(c))).collect())
     }
+}
+
+/// Keeps at the front of `slots`, in order, those whose `cutoff_of` is at least `m`; calls
+/// `dropped(slot, cutoff)` for the others; returns how many are kept.
+#[inline(always)]
+fn keep(
+    slots: &mut [Slot],
+    m: u32,
+    dropped: &mut impl FnMut(Slot, u32),
+    mut cutoff_of: impl FnMut(Slot) -> u32,
+) -> usize {
+    let mut write = 0;
+    for read in 0..slots.len() {
+        let slot = slots[read];
+        let c = cutoff_of(slot);
+        if c >= m {
+            slots[write] = slot;
+            write += 1;
+        } else {
+            dropped(slot, c);
+        }
+    }
+    write
 }
 
 impl WideCover {
