@@ -12,13 +12,13 @@
 //! Both layouts share the tree, the search and the nodes; they differ only in the checkpoint
 //! index, one entry per distinct prefix at every 64th position. Measured side by side
 //! (`flashbench compare`, 2 cores, medians of 3 rounds, `papers/figures/compare.md`), the array
-//! is *not* measurably better than the positional map: in the run of commit 52a5dbd, on
-//! Dynamo's published workload it held the same bytes per pair (69.4 against 69.5), removed as
-//! fast (46.7M against 45.4M blocks per second) and answered as fast (p50 0.68 us against
-//! 0.72, p99 1.31 against 1.35). It stored faster in that run (45.4M against 37.1M blocks per
-//! second), which round 4's run showed only within its noise (29.9M against 29.1M) and which
-//! is not explained; on the trace it replayed faster (817k against 608k operations per second)
-//! with a higher query p99 (1.96 against 1.74 us). On the depth preset the two are within the
+//! is *not* measurably better than the positional map: in the run of commit 4bb272e, on
+//! Dynamo's published workload it held the same bytes per pair (69.4 against 69.5) and answered
+//! as fast (p50 0.64 us against 0.64, p99 1.17 against 1.15); it stored and removed a little
+//! faster (47.2M against 44.1M and 49.2M against 44.7M blocks per second), as it did in the
+//! round's earlier run too, which is not explained. On the trace it replayed a little faster
+//! (827k against 773k operations per second) with a higher query p99 (1.95 against 1.86 us).
+//! On the depth preset the two are within the
 //! noise of each other. With 64 positions between checkpoints, a query probes the index a few
 //! times, and hashing the position into the key costs nothing that the array saves. The
 //! positional map is the default; the array stays for routers that want each checkpoint's map
