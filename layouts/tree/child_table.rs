@@ -106,6 +106,16 @@ impl<T: Keyed, S: BuildHasher + Clone> ChildTable<T, S> {
     /// tombstoned before it is retired (I3 in `node.rs`).
     #[inline]
     pub(crate) unsafe fn get(&self, key: T::Key) -> Option<*const T> {
+        // SAFETY: the caller's contract.
+        unsafe { self.find(key) }.map(|(_, child)| child)
+    }
+
+    /// The slot holding the child at `key`, and the child.
+    ///
+    /// # Safety
+    /// As [`get`](Self::get).
+    #[inline]
+    unsafe fn find(&self, key: T::Key) -> Option<(usize, *const T)> {
         let (mut at, tag) = self.home(key);
         let mask = self.slots.len() - 1;
         for _ in 0..self.slots.len() {
@@ -120,7 +130,7 @@ impl<T: Keyed, S: BuildHasher + Clone> ChildTable<T, S> {
                     // SAFETY: a child pointer in a slot was linked when loaded; the caller's
                     // pin keeps it allocated (see above).
                     if unsafe { &*child }.key() == key {
-                        return Some(child);
+                        return Some((at, child.cast_const()));
                     }
                 }
             }
@@ -170,18 +180,9 @@ impl<T: Keyed, S: BuildHasher + Clone> ChildTable<T, S> {
     /// Tombstones the child at `key`; `false` if there is none. Caller: the writer.
     pub(crate) fn remove(&self, key: T::Key) -> bool {
         // SAFETY: the writer's table holds only live children.
-        let Some(child) = (unsafe { self.get(key) }) else {
+        let Some((at, _)) = (unsafe { self.find(key) }) else {
             return false;
         };
-        let (mut at, _) = self.home(key);
-        let mask = self.slots.len() - 1;
-        while self.slots[at]
-            .load(Ordering::Relaxed)
-            .map_addr(|a| a & !TAG_MASK)
-            != child.cast_mut()
-        {
-            at = (at + 1) & mask;
-        }
         self.slots[at].store(tombstone(), Ordering::Release);
         self.live.fetch_sub(1, Ordering::Relaxed);
         true

@@ -29,6 +29,7 @@
 //! that left.
 
 use super::canon::{Canon, Key, MAX_FOLD};
+use super::cover::Cover;
 use super::layout::seam::{Checkpointed, JumpSearch, Search, Tree, Walk};
 use super::slots::Slot;
 use super::worker_table::{Names, PinnedNames};
@@ -230,8 +231,67 @@ impl<'a, L: Tree> Walker<'a, '_, L> {
         scores: &mut OverlapScores,
     ) {
         let at = self.narrow(node, base, end, slots, scores);
-        for &slot in &slots[..at.len] {
-            scores.push(self.names.name(slot), at.pos);
+        self.score_all(&slots[..at.len], at.pos, scores);
+    }
+
+    /// Walks from `node` (whose edge starts at `base`) to the node whose edge starts at the
+    /// checkpoint `hi`, scoring whoever stops before it. Returns that node (`None`: the query
+    /// leaves the tree first, and everyone is scored) and how many of `slots`, at the front,
+    /// are in it.
+    fn land(
+        &self,
+        node: &'a L::Node,
+        base: u32,
+        hi: u32,
+        slots: &mut [Slot],
+        scores: &mut OverlapScores,
+    ) -> (Option<&'a L::Node>, usize) {
+        let at = self.narrow(node, base, hi, slots, scores);
+        if at.len == 0 || at.pos < hi {
+            self.score_all(&slots[..at.len], at.pos, scores);
+            return (None, 0);
+        }
+        let (layout, guard) = (self.layout, self.guard);
+        let landing = layout.child(Some(at.node), at.off, self.query[hi as usize], guard);
+        if let Some(landing) = landing {
+            warm(layout, landing, guard);
+        }
+        let cover = landing.and_then(|n| layout.cover(n, guard));
+        let kept = self.keep(cover, &mut slots[..at.len], 1, hi, scores);
+        (landing, kept)
+    }
+
+    /// Keeps at the front of `slots` those holding at least `m` blocks of `cover` (`None`:
+    /// nobody), scoring each other worker at `base` plus its cutoff (nothing at depth 0);
+    /// returns how many are kept.
+    #[inline]
+    fn keep(
+        &self,
+        cover: Option<&Cover>,
+        slots: &mut [Slot],
+        m: u32,
+        base: u32,
+        scores: &mut OverlapScores,
+    ) -> usize {
+        match cover {
+            Some(cover) => cover.keep_at_least(slots, m, |slot, c| {
+                if base + c > 0 {
+                    scores.push(self.names.name(slot), base + c);
+                }
+            }),
+            None => {
+                self.score_all(slots, base, scores);
+                0
+            }
+        }
+    }
+
+    /// Scores every worker of `slots` at `depth` (nothing at 0).
+    fn score_all(&self, slots: &[Slot], depth: u32, scores: &mut OverlapScores) {
+        if depth > 0 {
+            for &slot in slots {
+                scores.push(self.names.name(slot), depth);
+            }
         }
     }
 
@@ -251,28 +311,19 @@ impl<'a, L: Tree> Walker<'a, '_, L> {
         slots: &mut [Slot],
         scores: &mut OverlapScores,
     ) -> Reached<'a, L::Node> {
-        let (layout, guard, names, query) = (self.layout, self.guard, self.names, self.query);
+        let (layout, guard, query) = (self.layout, self.guard, self.query);
         let mut len = slots.len();
         loop {
             let edge = layout.edge(node);
             let rest = &query[base as usize..end as usize];
             let m = common_prefix(edge, rest) as u32;
-            let active = &mut slots[..len];
-            len = match layout.cover(node, guard) {
-                Some(cover) => cover.keep_at_least(active, m, |slot, c| {
-                    if base + c > 0 {
-                        scores.push(names.name(slot), base + c);
-                    }
-                }),
-                None => {
-                    if base > 0 {
-                        for &slot in active.iter() {
-                            scores.push(names.name(slot), base);
-                        }
-                    }
-                    0
-                }
-            };
+            len = self.keep(
+                layout.cover(node, guard),
+                &mut slots[..len],
+                m,
+                base,
+                scores,
+            );
             let reached = Reached {
                 node,
                 off: m,
@@ -393,37 +444,12 @@ fn jump_search<L: Checkpointed>(
             // warm from the last landing, where a probe of the index would miss twice (bucket,
             // then entry). The walk there scores whoever stops on the way, so nobody is left
             // to scan back.
-            let at = search
-                .walker
-                .narrow(lo_node, lo, hi, &mut active, &mut search.scores);
-            active.truncate(at.len);
-            if at.pos < hi {
-                // The tree ends before `hi`: whoever is left stops where it does.
-                for &slot in &active {
-                    search.scores.push(names.name(slot), at.pos);
-                }
-                active.clear();
-                None
-            } else {
-                let node = layout.child(Some(at.node), at.off, query[hi as usize], &guard);
-                if let Some(node) = node {
-                    warm(layout, node, &guard);
-                }
-                let cover = node.and_then(|n| layout.cover(n, &guard));
-                let still = match cover {
-                    Some(cover) => cover.keep_at_least(&mut active, 1, |slot, _| {
-                        search.scores.push(names.name(slot), hi);
-                    }),
-                    None => {
-                        for &slot in &active {
-                            search.scores.push(names.name(slot), hi);
-                        }
-                        0
-                    }
-                };
-                active.truncate(still);
-                node
-            }
+            let (node, still) =
+                search
+                    .walker
+                    .land(lo_node, lo, hi, &mut active, &mut search.scores);
+            active.truncate(still);
+            node
         } else {
             // Further, one probe replaces a hop per stride.
             let key = search.slide(lo, hi);

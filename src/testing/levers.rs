@@ -174,11 +174,6 @@ impl ChildProbe {
         }
     }
 
-    /// How many lookups a round takes (every child once).
-    pub fn lookups(&self) -> usize {
-        self.order.len()
-    }
-
     /// The payload of the `i`-th child of the order (modulo its length), found in its parent's
     /// table.
     pub fn in_table(&self, i: usize) -> u64 {
