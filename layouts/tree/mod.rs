@@ -378,6 +378,11 @@ impl<T: AsTree> Tree for T {
     }
 
     #[inline]
+    fn warm_child(&self, parent: &Node, at: u32, local: LocalHash, guard: &Self::Guard<'_>) {
+        parent.warm_child(ChildKey { at, local }, &guard.epoch);
+    }
+
+    #[inline]
     fn edge<'g>(&'g self, node: &'g Node) -> &'g [LocalHash] {
         node.edge()
     }

@@ -106,6 +106,9 @@ enum Children {
 
 impl Keyed for Node {
     type Key = ChildKey;
+    /// The node and the first lines of its edge, which follows it: a walk compares the edge
+    /// right after it finds the child (the hardware's stream prefetcher takes over from there).
+    const LINES: usize = 8;
     fn key(&self) -> ChildKey {
         self.key
     }
@@ -295,6 +298,15 @@ impl Node {
         let ptr = self.children(guard)?.get(key)?;
         // SAFETY: the pointer was linked when we loaded it; I3 keeps it allocated.
         Some(unsafe { &*ptr })
+    }
+
+    /// Starts loading where [`child`](Self::child) looks for `key`.
+    pub(super) fn warm_child(&self, key: ChildKey, guard: &Guard) {
+        match self.children(guard) {
+            Some(Children::Large(table)) => table.warm(key),
+            Some(Children::Small(entries)) => crate::prefetch::prefetch(entries.as_ptr()),
+            None => {}
+        }
     }
 
     /// The node's cover, lock-free.

@@ -218,6 +218,16 @@ pub(crate) mod seam {
             guard: &'g Self::Guard<'_>,
         ) -> Option<&'g Self::Node>;
 
+        /// Starts loading where [`child`](Self::child) would look for this child, without
+        /// waiting: a hint, so that the lookup's miss overlaps the work done before it.
+        fn warm_child(
+            &self,
+            parent: &Self::Node,
+            at: u32,
+            local: LocalHash,
+            guard: &Self::Guard<'_>,
+        );
+
         /// The local hashes of `node`'s edge (never empty, never changed).
         fn edge<'g>(&'g self, node: &'g Self::Node) -> &'g [LocalHash];
 

@@ -315,6 +315,11 @@ impl<'a, L: Tree> Walker<'a, '_, L> {
         let mut len = slots.len();
         loop {
             let edge = layout.edge(node);
+            // Where the query goes next if it follows the whole edge (as a hit does): that
+            // child's slot loads while the edge and the workers here are compared.
+            if let Some(&next) = query.get(base as usize + edge.len()) {
+                layout.warm_child(node, edge.len() as u32, next, guard);
+            }
             let rest = &query[base as usize..end as usize];
             let m = common_prefix(edge, rest) as u32;
             len = self.keep(
