@@ -12,11 +12,16 @@
 //! - `roll/by_groups`: the polynomial 64 blocks to a dependent step, as a query rolls.
 //!
 //! Probe (one lookup of a child by key, in random order over 256 parents x 4,096 children of a
-//! cache line each, 64 MiB of children: a lookup misses the caches as a query's does):
+//! cache line each, 64 MiB of children: a lookup misses the caches as a query's does; each
+//! lookup waits for the last one's result, as a walk's next lookup waits for the node it
+//! found):
 //! - `probe/papaya`: the concurrent map the tree kept large child sets in before (the entry
 //!   behind the bucket's pointer: two dependent misses, then the child);
 //! - `probe/child_table`: the tree's table of the child pointers themselves (one miss, then the
-//!   child).
+//!   child, whose lines are asked for together as soon as the slot names it);
+//! - `probe/child_table_overlapped`: the same, with each lookup's slot asked for one lookup
+//!   ahead, as a walk asks for the next child's slot when it reaches a node: the slot's miss
+//!   overlaps the previous lookup instead of adding to it.
 //!
 //! Sets (narrowing every worker of a node to those holding its whole edge, half of them not):
 //! - `sets/keep_at_least/N`: N workers; up to 64 the cover is a sorted list walked alongside
@@ -71,17 +76,29 @@ fn probe(c: &mut Criterion) {
         .measurement_time(Duration::from_secs(2))
         .sample_size(30);
     let probe = ChildProbe::new(256, 4096, 3);
-    let mut i = 0;
+    // Each lookup's index depends on the last one's result (through a zero the compiler cannot
+    // see), as a walk's next lookup depends on the node it found: the time is a lookup's
+    // latency, not how many independent lookups the CPU overlaps.
+    let zero = black_box(0u64);
+    let mut i = 0usize;
+    let next = |found: u64, i: &mut usize| *i += 1 + (found & zero) as usize;
     group.bench_function("papaya", |b| {
         b.iter(|| {
-            i += 1;
-            probe.in_map(black_box(i))
+            let found = probe.in_map(i);
+            next(found, &mut i)
         })
     });
     group.bench_function("child_table", |b| {
         b.iter(|| {
-            i += 1;
-            probe.in_table(black_box(i))
+            let found = probe.in_table(i);
+            next(found, &mut i)
+        })
+    });
+    group.bench_function("child_table_overlapped", |b| {
+        b.iter(|| {
+            probe.warm(i + 1);
+            let found = probe.in_table(i);
+            next(found, &mut i)
         })
     });
     group.finish();

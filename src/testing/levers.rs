@@ -184,6 +184,13 @@ impl ChildProbe {
         child.map_or(0, |c| unsafe { &*c }.payload)
     }
 
+    /// Starts loading the table slot where [`in_table`](Self::in_table) will look for the
+    /// `i`-th child, as a walk does for the next node's child while it works at this one.
+    pub fn warm(&self, i: usize) {
+        let (parent, key) = self.order[i % self.order.len()];
+        self.tables[parent as usize].warm(key);
+    }
+
     /// The same, found in its parent's papaya map.
     pub fn in_map(&self, i: usize) -> u64 {
         let (parent, key) = self.order[i % self.order.len()];
