@@ -396,7 +396,7 @@ impl Node {
                 self.set_cover(Some(Cover::one(slot, to)), guard);
                 0
             }
-            Some(cover) => match cover.raise(slot, to) {
+            Some(cover) => match cover.raise(slot, to, self.len) {
                 Ok(old) => old,
                 Err((replacement, old)) => {
                     self.set_cover(replacement, guard);
@@ -482,7 +482,7 @@ impl Node {
         let state = lock(&self.unlinked);
         debug_assert!(!*state, "a node with a worker is linked (I1)");
         let cover = self.cover(guard).expect("a node with a worker has a cover");
-        let emptied = match cover.cut(slot, to) {
+        let emptied = match cover.cut(slot, to, self.len) {
             Ok(()) => false,
             Err(replacement) => {
                 let emptied = replacement.is_none();

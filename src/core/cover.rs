@@ -11,9 +11,18 @@
 //! covers (a system prompt under thousands of workers) change membership in place too: a bit
 //! per slot and a cutoff per slot. Writers of one cover are serialised by their node's lock.
 //!
+//! A search narrows its workers ([`SlotSet`], words of bits) at a node a word at a time: the
+//! cover keeps its members as words of bits too, and which of them hold the *whole* edge
+//! (`full` bits). A query that follows the whole edge keeps `active & full` and reads a cutoff
+//! only for the members that hold less, and scores (one at a time: they are the answer) the
+//! workers that stop there.
+//!
 //! Every cutoff a reader loads is the worker's coverage at that instant, which is what the
-//! walk's no-phantom argument needs (`search.rs`).
+//! walk's no-phantom argument needs (`search.rs`). So is every `full` bit: the writer sets it
+//! after raising the cutoff to the whole edge and clears it before cutting the cutoff below,
+//! so a reader that sees it set reads a moment when the worker held the whole edge.
 
+use super::slot_set::{SlotSet, Word, slots_of};
 use super::slots::{Slot, WIDE, slots_of_bits};
 use crate::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
@@ -26,19 +35,46 @@ pub enum Cover {
     /// Exactly one worker (a sequence's private suffix: the common case).
     One(Slot, AtomicU32),
     /// 2 to [`WIDE`] workers, sorted by slot.
-    Many(Box<[(Slot, AtomicU32)]>),
+    Many(ManyCover),
     /// More than [`WIDE`] workers (until it shrinks to [`NARROW`]).
     Wide(Box<WideCover>),
 }
 
-/// A cover of many workers: a bit per slot for listing them, a cutoff per slot for reading one.
+/// A cover of a few workers: a sorted list of cutoffs, and the members as words of bits.
+#[derive(Debug)]
+pub struct ManyCover {
+    /// Members and cutoffs, sorted by slot.
+    pairs: Box<[(Slot, AtomicU32)]>,
+    /// The members by word, sorted by word.
+    words: Box<[ManyWord]>,
+    /// The edge's length: a cutoff of this many is the whole edge.
+    edge: u32,
+}
+
+/// The members of a [`ManyCover`] among one word's 64 slots.
+#[derive(Debug)]
+struct ManyWord {
+    word: u32,
+    /// Where in the cover's `pairs` the word's first member is: a member's cutoff is at
+    /// `first` plus the number of members below it in the word.
+    first: u32,
+    members: u64,
+    /// The members holding the whole edge.
+    full: AtomicU64,
+}
+
+/// A cover of many workers: a bit per slot for membership and for holding the whole edge, a
+/// cutoff per slot.
 #[derive(Debug)]
 pub struct WideCover {
     /// Members; changed only by the node's writer.
     len: AtomicU32,
     bits: Box<[AtomicU64]>,
+    /// The members holding the whole edge.
+    full: Box<[AtomicU64]>,
     /// Indexed by slot; 0 for non-members.
     cutoffs: Box<[AtomicU32]>,
+    edge: u32,
 }
 
 /// What a change could not do in place: publish this cover (`None`: no workers left) in the
@@ -63,9 +99,10 @@ impl Cover {
                     0
                 }
             }
-            Cover::Many(pairs) => pairs
+            Cover::Many(many) => many
+                .pairs
                 .binary_search_by_key(&slot, |(s, _)| *s)
-                .map_or(0, |at| pairs[at].1.load(Ordering::Acquire)),
+                .map_or(0, |at| many.pairs[at].1.load(Ordering::Acquire)),
             Cover::Wide(wide) => wide.cutoff(slot),
         }
     }
@@ -74,55 +111,131 @@ impl Cover {
     pub fn slots(&self) -> Vec<Slot> {
         match self {
             Cover::One(slot, _) => vec![*slot],
-            Cover::Many(pairs) => pairs.iter().map(|(s, _)| *s).collect(),
+            Cover::Many(many) => many.pairs.iter().map(|(s, _)| *s).collect(),
             Cover::Wide(wide) => wide.slots(),
         }
     }
 
-    /// Keeps, at the front of `slots` (sorted), those holding at least `m` blocks, in order,
-    /// and returns how many; calls `dropped(slot, cutoff)` for each of the others, with the
-    /// cutoff it read (`< m`, 0 for a non-member). The tail of `slots` is left unspecified.
+    /// The members, as a set.
+    pub(crate) fn members(&self) -> SlotSet {
+        match self {
+            Cover::One(slot, _) => SlotSet::one(*slot),
+            Cover::Many(many) => SlotSet::from_words(many.words.iter().map(|w| Word {
+                word: w.word,
+                bits: w.members,
+            })),
+            Cover::Wide(wide) => {
+                SlotSet::from_words(wide.bits.iter().enumerate().map(|(i, b)| Word {
+                    word: i as u32,
+                    // Acquire: as in `cutoff`.
+                    bits: b.load(Ordering::Acquire),
+                }))
+            }
+        }
+    }
+
+    /// Keeps in `set` those holding at least `m` blocks (`m` at most the edge's length), and
+    /// calls `dropped(slot, cutoff)` for each of the others, with the cutoff it read (`< m`, 0
+    /// for a non-member). Costs a word operation per word of `set`, plus a cutoff read for
+    /// each member that does not hold the whole edge, plus a call per dropped worker.
     #[inline]
-    pub fn keep_at_least(
-        &self,
-        slots: &mut [Slot],
-        m: u32,
-        mut dropped: impl FnMut(Slot, u32),
-    ) -> usize {
+    pub(crate) fn keep(&self, set: &mut SlotSet, m: u32, mut dropped: impl FnMut(Slot, u32)) {
         match self {
             Cover::One(sole, c) => {
                 // A private suffix under many active workers: all but one drop, at 0.
                 let c = c.load(Ordering::Acquire);
-                keep(
-                    slots,
-                    m,
-                    &mut dropped,
-                    |slot| if slot == *sole { c } else { 0 },
-                )
+                let (word, bit) = Word::of(*sole);
+                set.retain_bits(|w| {
+                    let kept = if w.word == word && c >= m {
+                        bit & w.bits
+                    } else {
+                        0
+                    };
+                    for slot in slots_of(w.word, w.bits & !kept) {
+                        dropped(slot, if slot == *sole { c } else { 0 });
+                    }
+                    kept
+                });
             }
-            Cover::Many(pairs) => {
-                // Both sorted: one forward walk over the cover.
+            Cover::Many(many) => {
+                // Both sorted by word: one forward walk over the cover's words.
                 let mut j = 0;
-                keep(slots, m, &mut dropped, |slot| {
-                    while j < pairs.len() && pairs[j].0 < slot {
+                set.retain_bits(|w| {
+                    while many.words.get(j).is_some_and(|o| o.word < w.word) {
                         j += 1;
                     }
-                    match pairs.get(j) {
-                        Some((s, c)) if *s == slot => c.load(Ordering::Acquire),
-                        _ => 0,
+                    let Some(own) = many.words.get(j).filter(|o| o.word == w.word) else {
+                        slots_of(w.word, w.bits).for_each(|slot| dropped(slot, 0));
+                        return 0;
+                    };
+                    let inside = w.bits & own.members;
+                    slots_of(w.word, w.bits & !inside).for_each(|slot| dropped(slot, 0));
+                    let full = own.full.load(Ordering::Acquire) & inside;
+                    let mut kept = if m <= many.edge { full } else { 0 };
+                    for slot in slots_of(w.word, inside & !kept) {
+                        let bit = 1u64 << (slot % 64);
+                        let rank = (own.members & (bit - 1)).count_ones();
+                        let c = many.pairs[(own.first + rank) as usize]
+                            .1
+                            .load(Ordering::Acquire);
+                        if c >= m {
+                            kept |= bit;
+                        } else {
+                            dropped(slot, c);
+                        }
                     }
+                    kept
+                });
+            }
+            Cover::Wide(wide) => set.retain_bits(|w| {
+                let (members, full) = wide.bits_of(w.word);
+                let inside = w.bits & members;
+                slots_of(w.word, w.bits & !inside).for_each(|slot| dropped(slot, 0));
+                let mut kept = if m <= wide.edge { full & inside } else { 0 };
+                for slot in slots_of(w.word, inside & !kept) {
+                    let c = wide.cutoff(slot);
+                    if c >= m {
+                        kept |= 1 << (slot % 64);
+                    } else {
+                        dropped(slot, c);
+                    }
+                }
+                kept
+            }),
+        }
+    }
+
+    /// Splits `set` into the members (left in `set`) and the others (returned): a word
+    /// operation per word of `set` (every member holds at least one block).
+    pub(crate) fn split_off_absent(&self, set: &mut SlotSet) -> SlotSet {
+        match self {
+            Cover::One(sole, _) => {
+                let (word, bit) = Word::of(*sole);
+                set.split_off(|w| if w.word == word { bit } else { 0 })
+            }
+            Cover::Many(many) => {
+                let mut j = 0;
+                set.split_off(|w| {
+                    while many.words.get(j).is_some_and(|o| o.word < w.word) {
+                        j += 1;
+                    }
+                    many.words
+                        .get(j)
+                        .filter(|o| o.word == w.word)
+                        .map_or(0, |o| o.members)
                 })
             }
-            Cover::Wide(wide) => keep(slots, m, &mut dropped, |slot| wide.cutoff(slot)),
+            Cover::Wide(wide) => set.split_off(|w| wide.bits_of(w.word).0),
         }
     }
 
     /// Raises `slot`'s cutoff to `to` if it is lower (adding `slot`); returns the cutoff before.
-    /// `Err` when the cover must be replaced: publish it, then retire this one.
+    /// `edge` is the edge's length. `Err` when the cover must be replaced: publish it, then
+    /// retire this one.
     ///
     /// Caller: the node's writer (under its lock).
-    pub fn raise(&self, slot: Slot, to: u32) -> Result<u32, (Replacement, u32)> {
-        debug_assert!(to > 0);
+    pub fn raise(&self, slot: Slot, to: u32, edge: u32) -> Result<u32, (Replacement, u32)> {
+        debug_assert!(to > 0 && to <= edge);
         let raise_in_place = |c: &AtomicU32| {
             let old = c.load(Ordering::Relaxed);
             if to > old {
@@ -133,21 +246,28 @@ impl Cover {
         match self {
             Cover::One(s, c) if *s == slot => Ok(raise_in_place(c)),
             Cover::One(s, c) => {
-                let mut pairs = vec![(*s, AtomicU32::new(c.load(Ordering::Relaxed)))];
+                let mut pairs = vec![(*s, c.load(Ordering::Relaxed))];
                 let at = usize::from(*s < slot);
-                pairs.insert(at, (slot, AtomicU32::new(to)));
-                Err((Some(Cover::Many(pairs.into_boxed_slice())), 0))
+                pairs.insert(at, (slot, to));
+                Err((Some(Cover::many(&pairs, edge)), 0))
             }
-            Cover::Many(pairs) => match pairs.binary_search_by_key(&slot, |(s, _)| *s) {
-                Ok(at) => Ok(raise_in_place(&pairs[at].1)),
+            Cover::Many(many) => match many.pairs.binary_search_by_key(&slot, |(s, _)| *s) {
+                Ok(at) => {
+                    let old = raise_in_place(&many.pairs[at].1);
+                    if to == edge {
+                        // After the cutoff: a reader that sees the bit sees the whole edge held.
+                        let (word, bit) = Word::of(slot);
+                        many.word(word).full.fetch_or(bit, Ordering::Release);
+                    }
+                    Ok(old)
+                }
                 Err(at) => {
-                    let copy = |(s, c): &(Slot, AtomicU32)| (*s, c.load(Ordering::Relaxed));
-                    let mut all: Vec<(Slot, u32)> = pairs.iter().map(copy).collect();
+                    let mut all = many.pairs();
                     all.insert(at, (slot, to));
                     let cover = if all.len() > WIDE {
-                        Cover::Wide(Box::new(WideCover::new(&all)))
+                        Cover::Wide(Box::new(WideCover::new(&all, edge)))
                     } else {
-                        Cover::many(&all)
+                        Cover::many(&all, edge)
                     };
                     Err((Some(cover), 0))
                 }
@@ -155,9 +275,13 @@ impl Cover {
             Cover::Wide(wide) => match wide.cutoffs.get(slot as usize) {
                 Some(c) => {
                     let old = raise_in_place(c);
+                    let (word, bit) = Word::of(slot);
+                    if to == edge {
+                        wide.full[word as usize].fetch_or(bit, Ordering::Release);
+                    }
                     if old == 0 {
                         // Release: a reader that sees the bit also sees the cutoff.
-                        wide.bits[slot as usize / 64].fetch_or(1 << (slot % 64), Ordering::Release);
+                        wide.bits[word as usize].fetch_or(bit, Ordering::Release);
                         wide.len.fetch_add(1, Ordering::Relaxed);
                     }
                     Ok(old)
@@ -165,25 +289,32 @@ impl Cover {
                 None => {
                     let mut all = wide.pairs();
                     all.push((slot, to));
-                    Err((Some(Cover::Wide(Box::new(WideCover::new(&all)))), 0))
+                    Err((Some(Cover::Wide(Box::new(WideCover::new(&all, edge)))), 0))
                 }
             },
         }
     }
 
-    /// Cuts `slot`'s cutoff down to `to` (0: removes `slot`). `Err` when the cover must be
-    /// replaced: publish it, then retire this one.
+    /// Cuts `slot`'s cutoff down to `to` (0: removes `slot`); `edge` is the edge's length.
+    /// `Err` when the cover must be replaced: publish it, then retire this one.
     ///
     /// Caller: the node's writer (under its lock); `slot` is a member holding more than `to`.
-    pub fn cut(&self, slot: Slot, to: u32) -> Result<(), Replacement> {
+    pub fn cut(&self, slot: Slot, to: u32, edge: u32) -> Result<(), Replacement> {
+        let (word, bit) = Word::of(slot);
         if to > 0 {
+            // The `full` bit goes before the cutoff: a reader that sees it set reads a moment
+            // when the whole edge was still held.
             let c = match self {
                 Cover::One(_, c) => c,
-                Cover::Many(pairs) => {
-                    let at = pairs.binary_search_by_key(&slot, |(s, _)| *s);
-                    &pairs[at.expect("a cut worker is a member")].1
+                Cover::Many(many) => {
+                    many.word(word).full.fetch_and(!bit, Ordering::Release);
+                    let at = many.pairs.binary_search_by_key(&slot, |(s, _)| *s);
+                    &many.pairs[at.expect("a cut worker is a member")].1
                 }
-                Cover::Wide(wide) => &wide.cutoffs[slot as usize],
+                Cover::Wide(wide) => {
+                    wide.full[word as usize].fetch_and(!bit, Ordering::Release);
+                    &wide.cutoffs[slot as usize]
+                }
             };
             debug_assert!(c.load(Ordering::Relaxed) > to, "a cut shortens the cover");
             c.store(to, Ordering::Release);
@@ -194,24 +325,22 @@ impl Cover {
                 debug_assert_eq!(*s, slot);
                 Err(None)
             }
-            Cover::Many(pairs) => {
-                let rest: Vec<(Slot, u32)> = pairs
-                    .iter()
-                    .filter(|(s, _)| *s != slot)
-                    .map(|(s, c)| (*s, c.load(Ordering::Relaxed)))
-                    .collect();
+            Cover::Many(many) => {
+                let mut rest = many.pairs();
+                rest.retain(|(s, _)| *s != slot);
                 Err(Some(match rest.as_slice() {
                     [(s, c)] => Cover::one(*s, *c),
-                    _ => Cover::many(&rest),
+                    _ => Cover::many(&rest, edge),
                 }))
             }
             Cover::Wide(wide) => {
                 if wide.len.load(Ordering::Relaxed) as usize <= NARROW + 1 {
                     let mut rest = wide.pairs();
                     rest.retain(|(s, _)| *s != slot);
-                    return Err(Some(Cover::many(&rest)));
+                    return Err(Some(Cover::many(&rest, edge)));
                 }
-                wide.bits[slot as usize / 64].fetch_and(!(1 << (slot % 64)), Ordering::Release);
+                wide.full[word as usize].fetch_and(!bit, Ordering::Release);
+                wide.bits[word as usize].fetch_and(!bit, Ordering::Release);
                 wide.cutoffs[slot as usize].store(0, Ordering::Release);
                 wide.len.fetch_sub(1, Ordering::Relaxed);
                 Ok(())
@@ -219,47 +348,75 @@ impl Cover {
         }
     }
 
-    fn many(pairs: &[(Slot, u32)]) -> Self {
-        Cover::Many(pairs.iter().map(|&(s, c)| (s, AtomicU32::new(c))).collect())
+    fn many(pairs: &[(Slot, u32)], edge: u32) -> Self {
+        Cover::Many(ManyCover::new(pairs, edge))
     }
 }
 
-/// Keeps at the front of `slots`, in order, those whose `cutoff_of` is at least `m`; calls
-/// `dropped(slot, cutoff)` for the others; returns how many are kept.
-#[inline(always)]
-fn keep(
-    slots: &mut [Slot],
-    m: u32,
-    dropped: &mut impl FnMut(Slot, u32),
-    mut cutoff_of: impl FnMut(Slot) -> u32,
-) -> usize {
-    let mut write = 0;
-    for read in 0..slots.len() {
-        let slot = slots[read];
-        let c = cutoff_of(slot);
-        if c >= m {
-            slots[write] = slot;
-            write += 1;
-        } else {
-            dropped(slot, c);
+impl ManyCover {
+    /// A cover of `pairs` (sorted by slot) on an edge of `edge` blocks.
+    fn new(pairs: &[(Slot, u32)], edge: u32) -> Self {
+        // (word, first, members, full)
+        let mut words: Vec<(u32, u32, u64, u64)> = Vec::new();
+        for (i, &(slot, c)) in pairs.iter().enumerate() {
+            let (word, bit) = Word::of(slot);
+            if words.last().is_none_or(|w| w.0 != word) {
+                words.push((word, i as u32, 0, 0));
+            }
+            let last = words.last_mut().expect("pushed above");
+            last.2 |= bit;
+            if c == edge {
+                last.3 |= bit;
+            }
+        }
+        Self {
+            pairs: pairs.iter().map(|&(s, c)| (s, AtomicU32::new(c))).collect(),
+            words: words
+                .into_iter()
+                .map(|(word, first, members, full)| ManyWord {
+                    word,
+                    first,
+                    members,
+                    full: AtomicU64::new(full),
+                })
+                .collect(),
+            edge,
         }
     }
-    write
+
+    /// The members' word `word` (writer side: `word` has a member).
+    fn word(&self, word: u32) -> &ManyWord {
+        let at = self.words.binary_search_by_key(&word, |w| w.word);
+        &self.words[at.expect("a member's word")]
+    }
+
+    /// Members and cutoffs, sorted by slot (writer side).
+    fn pairs(&self) -> Vec<(Slot, u32)> {
+        let copy = |(s, c): &(Slot, AtomicU32)| (*s, c.load(Ordering::Relaxed));
+        self.pairs.iter().map(copy).collect()
+    }
 }
 
 impl WideCover {
-    /// A cover of `pairs` (not empty), with room for slots up to twice the largest.
-    fn new(pairs: &[(Slot, u32)]) -> Self {
+    /// A cover of `pairs` (not empty) on an edge of `edge` blocks, with room for slots up to
+    /// twice the largest.
+    fn new(pairs: &[(Slot, u32)], edge: u32) -> Self {
         let last = pairs.iter().map(|(s, _)| *s).max().expect("not empty") as usize;
         let words = (last / 64 + 1).next_power_of_two() * 2;
         let cover = Self {
             len: AtomicU32::new(pairs.len() as u32),
             bits: (0..words).map(|_| AtomicU64::new(0)).collect(),
+            full: (0..words).map(|_| AtomicU64::new(0)).collect(),
             cutoffs: (0..words * 64).map(|_| AtomicU32::new(0)).collect(),
+            edge,
         };
         for &(slot, c) in pairs {
+            let (word, bit) = Word::of(slot);
             cover.cutoffs[slot as usize].store(c, Ordering::Relaxed);
-            cover.bits[slot as usize / 64].fetch_or(1 << (slot % 64), Ordering::Relaxed);
+            cover.bits[word as usize].fetch_or(bit, Ordering::Relaxed);
+            if c == edge {
+                cover.full[word as usize].fetch_or(bit, Ordering::Relaxed);
+            }
         }
         cover
     }
@@ -269,6 +426,17 @@ impl WideCover {
         self.cutoffs
             .get(slot as usize)
             .map_or(0, |c| c.load(Ordering::Acquire))
+    }
+
+    /// The members among word `word`'s slots, and those of them holding the whole edge.
+    #[inline]
+    fn bits_of(&self, word: u32) -> (u64, u64) {
+        // Acquire: as in `cutoff`.
+        let load = |bits: &[AtomicU64]| {
+            bits.get(word as usize)
+                .map_or(0, |b| b.load(Ordering::Acquire))
+        };
+        (load(&self.bits), load(&self.full))
     }
 
     fn slots(&self) -> Vec<Slot> {
@@ -289,6 +457,9 @@ mod tests {
     use super::*;
     use std::collections::BTreeMap;
 
+    /// The edge the model's covers are on: short, so that cutoffs often reach it (`full`).
+    const EDGE: u32 = 6;
+
     /// Applies a change the way a node's writer does: in place, or by replacement.
     fn apply(cover: Option<Cover>, slot: Slot, to: u32) -> Option<Cover> {
         let Some(cover) = cover else {
@@ -296,7 +467,7 @@ mod tests {
         };
         let present = cover.cutoff(slot) > 0;
         if to > 0 && to >= cover.cutoff(slot) {
-            match cover.raise(slot, to) {
+            match cover.raise(slot, to, EDGE) {
                 Ok(_) => Some(cover),
                 Err((replacement, old)) => {
                     assert_eq!(old, 0);
@@ -304,7 +475,7 @@ mod tests {
                 }
             }
         } else if present {
-            match cover.cut(slot, to) {
+            match cover.cut(slot, to, EDGE) {
                 Ok(()) => Some(cover),
                 Err(replacement) => replacement,
             }
@@ -325,7 +496,7 @@ mod tests {
             let slot = (x >> 8) as u32 % (WIDE as u32 * (1 + (step / 4_000) as u32) * 8);
             let old = model.get(&slot).copied().unwrap_or(0u32);
             let to = if growing {
-                old + 1 + (x % 5) as u32
+                (old + 1 + (x % 5) as u32).min(EDGE)
             } else if !x.is_multiple_of(4) {
                 0
             } else {
@@ -343,23 +514,63 @@ mod tests {
                 continue;
             };
             assert_eq!(c.slots(), model.keys().copied().collect::<Vec<_>>());
+            let members = SlotSet::from_sorted(model.keys().copied());
+            assert_eq!(c.members(), members, "step {step}");
             let is_wide = matches!(c, Cover::Wide(_));
             narrowed |= was_wide && !is_wide;
             wide_seen |= is_wide;
             was_wide = is_wide;
-            let mut probe: Vec<Slot> = (0..60).map(|i| i * 5).collect();
-            let m = 1 + (x % 7) as u32;
-            let mut seen = Vec::new();
-            let kept = c.keep_at_least(&mut probe, m, |s, cut| seen.push((s, cut)));
-            for s in &probe[..kept] {
-                assert!(model.get(s).is_some_and(|&v| v >= m), "step {step}");
+            // Every fifth slot up to 300, and a few beyond every cover's words.
+            let probe = || SlotSet::from_sorted((0..60).map(|i| i * 5).chain([70_000, 70_001]));
+            let m = 1 + (x % u64::from(EDGE)) as u32;
+            let mut kept = probe();
+            let mut seen = BTreeMap::new();
+            c.keep(&mut kept, m, |s, cut| {
+                assert!(seen.insert(s, cut).is_none())
+            });
+            for s in probe().iter() {
+                let held = model.get(&s).copied().unwrap_or(0);
+                if held >= m {
+                    assert!(kept.iter().any(|k| k == s), "step {step}: {s} kept");
+                    assert!(!seen.contains_key(&s), "step {step}: {s} not dropped");
+                } else {
+                    assert_eq!(seen.get(&s), Some(&held), "step {step}: {s} dropped");
+                    assert!(kept.iter().all(|k| k != s), "step {step}: {s} not kept");
+                }
             }
-            assert!(probe[..kept].is_sorted());
-            for (s, cut) in seen {
-                assert_eq!(model.get(&s).copied().unwrap_or(0), cut, "step {step}");
-                assert!(cut < m);
-            }
+            let mut present = probe();
+            let absent = c.split_off_absent(&mut present);
+            let (inside, outside): (Vec<Slot>, Vec<Slot>) =
+                probe().iter().partition(|s| model.contains_key(s));
+            assert_eq!(present.iter().collect::<Vec<_>>(), inside, "step {step}");
+            assert_eq!(absent.iter().collect::<Vec<_>>(), outside, "step {step}");
         }
         assert!(wide_seen && narrowed, "{wide_seen} {narrowed}");
+    }
+
+    /// A member whose tail is cut is no longer kept by its `full` bit when a query follows the
+    /// whole edge, and is kept again once raised back, in both forms that keep the bits.
+    #[test]
+    fn full_bits_follow_cuts_and_raises() {
+        for workers in [3u32, 100] {
+            let mut cover = Cover::one(0, EDGE);
+            for slot in 1..workers {
+                if let Err((Some(bigger), _)) = cover.raise(slot, EDGE, EDGE) {
+                    cover = bigger;
+                }
+            }
+            let all = || SlotSet::from_sorted(0..workers);
+            let kept = |cover: &Cover| {
+                let mut set = all();
+                let mut dropped = Vec::new();
+                cover.keep(&mut set, EDGE, |s, c| dropped.push((s, c)));
+                (set.len(), dropped)
+            };
+            assert_eq!(kept(&cover), (workers as usize, vec![]));
+            cover.cut(1, EDGE - 2, EDGE).expect("in place");
+            assert_eq!(kept(&cover), (workers as usize - 1, vec![(1, EDGE - 2)]));
+            assert_eq!(cover.raise(1, EDGE, EDGE).expect("in place"), EDGE - 2);
+            assert_eq!(kept(&cover), (workers as usize, vec![]));
+        }
     }
 }

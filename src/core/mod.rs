@@ -13,6 +13,7 @@ mod held;
 pub(crate) mod layout;
 mod run;
 pub(crate) mod search;
+mod slot_set;
 mod slots;
 mod worker_table;
 
@@ -25,6 +26,7 @@ pub(crate) use {
     cover::Cover,
     layout::QueryCtx,
     layout::seam::{Checkpointed, JumpSearch, Search, Storage, Tree, Walk},
+    slot_set::SlotSet,
     slots::Slot,
 };
 

@@ -11,8 +11,8 @@
 //!    (One stride ahead, the walk goes there instead, along the tree's links, which is cheaper
 //!    than a probe and scores on the way the workers that stop before the landing.)
 //! 3. Each dropped worker's last checkpoint lies in the skipped range: binary search over its
-//!    checkpoints. Dropped workers are partitioned in place at each probe, so a probe serves
-//!    all of them at once: at most `min(dropped * log2(J / S), J / S)` probes.
+//!    checkpoints. Dropped workers are split at each probe, so a probe serves all of them at
+//!    once: at most `min(dropped * log2(J / S), J / S)` probes.
 //! 4. From its last checkpoint, each worker's exact depth is at most `S - 1` blocks further:
 //!    the walk finishes it, comparing the query's local hashes with the edges contiguously.
 //! 5. After a landing where nobody dropped, the next jump doubles (up to 1,024 positions); a
@@ -21,6 +21,10 @@
 //! A query of depth `D` costs at most about `D / J` probes, plus its canonical hashes at the
 //! checkpoints: rolled a stride of blocks to a dependent step (`canon.rs`), each checkpoint one
 //! of the roll's marks, so a probe computes nothing of its own.
+//!
+//! Worker sets ([`SlotSet`]) are words of bits over the workers' dense slots: intersecting one
+//! with a node's cover, or splitting it at a probe, costs a word operation per 64 slots
+//! (`cover.rs`), plus one step per worker that stops there, which the answer needs anyway.
 //!
 //! Under racing writers every reported depth is `p + 1` for a position `p` where the worker was
 //! *observed* holding the query's block (a cutoff read from a node it was in, which the core
@@ -31,7 +35,7 @@
 use super::canon::{Canon, Key, MAX_FOLD};
 use super::cover::Cover;
 use super::layout::seam::{Checkpointed, JumpSearch, Search, Tree, Walk};
-use super::slots::Slot;
+use super::slot_set::SlotSet;
 use super::worker_table::{Names, PinnedNames};
 use crate::prefetch::prefetch;
 use crate::scores::OverlapScores;
@@ -67,8 +71,6 @@ struct ScanBack<'a, 'g, L: Checkpointed> {
     landing: u64,
     rolled: u32,
     scores: OverlapScores,
-    /// Absent slots during a partition (reused, so a query allocates it at most once).
-    scratch: Vec<Slot>,
 }
 
 impl<'a, L: Checkpointed> ScanBack<'a, '_, L> {
@@ -108,29 +110,25 @@ impl<'a, L: Checkpointed> ScanBack<'a, '_, L> {
         }
     }
 
-    /// Keeps at the front of `slots` those in `node` (`None`: nobody), in order, the others
-    /// after them, in order; returns how many are in.
-    fn partition(&mut self, node: Option<&'a L::Node>, slots: &mut [Slot]) -> usize {
-        let Some(cover) = node.and_then(|n| self.walker.layout.cover(n, self.walker.guard)) else {
-            return 0;
-        };
-        self.scratch.clear();
-        let scratch = &mut self.scratch;
-        let still = cover.keep_at_least(slots, 1, |slot, _| scratch.push(slot));
-        slots[still..].copy_from_slice(&self.scratch);
-        still
+    /// Splits `set` into the workers in `node` (left in `set`; `None`: nobody) and the others
+    /// (returned).
+    fn split(&self, node: Option<&'a L::Node>, set: &mut SlotSet) -> SlotSet {
+        match node.and_then(|n| self.walker.layout.cover(n, self.walker.guard)) {
+            Some(cover) => cover.split_off_absent(set),
+            None => std::mem::take(set),
+        }
     }
 
-    /// `slots` were in `lo_node`, the node at checkpoint `lo`, and not at checkpoint `hi`: find
+    /// `set` were in `lo_node`, the node at checkpoint `lo`, and not at checkpoint `hi`: find
     /// each one's last checkpoint, then its depth past it.
-    fn scan_back(&mut self, slots: &mut [Slot], lo: u32, lo_node: &'a L::Node, hi: u32) {
-        if slots.is_empty() {
+    fn scan_back(&mut self, mut set: SlotSet, lo: u32, lo_node: &'a L::Node, hi: u32) {
+        if set.is_empty() {
             return;
         }
         if hi - lo == L::STRIDE {
             let end = hi.min(self.walker.query.len() as u32);
             self.walker
-                .descend(lo_node, lo, end, slots, &mut self.scores);
+                .descend(lo_node, lo, end, &mut set, &mut self.scores);
             return;
         }
         let mid = lo + (hi - lo) / L::STRIDE / 2 * L::STRIDE;
@@ -138,11 +136,10 @@ impl<'a, L: Checkpointed> ScanBack<'a, '_, L> {
             .walker
             .layout
             .checkpoint(self.key_at(mid), self.walker.guard);
-        // Partition in place, present at `mid` first; both parts stay sorted for the next merge.
-        let split = self.partition(node, slots);
-        let (present, absent) = slots.split_at_mut(split);
+        // Split a word at a time: those present at `mid` go on from there.
+        let absent = self.split(node, &mut set);
         if let Some(node) = node {
-            self.scan_back(present, mid, node, hi);
+            self.scan_back(set, mid, node, hi);
         }
         self.scan_back(absent, lo, lo_node, mid);
     }
@@ -188,7 +185,7 @@ fn walk<L: Tree>(layout: &L, names: &Names, query: &[LocalHash]) -> OverlapScore
     let Some(cover) = layout.cover(node, &guard) else {
         return OverlapScores::new();
     };
-    let mut active: Vec<Slot> = cover.slots();
+    let mut active = cover.members();
     let mut scores = OverlapScores::with_capacity(active.len());
     let end = u32::try_from(query.len()).unwrap_or(u32::MAX);
     let walker = Walker {
@@ -201,13 +198,11 @@ fn walk<L: Tree>(layout: &L, names: &Names, query: &[LocalHash]) -> OverlapScore
     scores
 }
 
-/// Where a walk stopped: in `node`, `off` blocks into its edge, at position `pos` of the query,
-/// with `len` workers (the front of its slots) holding the query up to there.
+/// Where a walk stopped: in `node`, `off` blocks into its edge, at position `pos` of the query.
 struct Reached<'g, N> {
     node: &'g N,
     off: u32,
     pos: u32,
-    len: usize,
 }
 
 /// What a walk down the tree reads: the layout, pinned, the workers' names and the query.
@@ -219,7 +214,7 @@ struct Walker<'a, 'g, L: Tree> {
 }
 
 impl<'a, L: Tree> Walker<'a, '_, L> {
-    /// Scores `slots`, workers that held the query up to `base` and are in `node` (whose edge
+    /// Scores `set`, workers that held the query up to `base` and are in `node` (whose edge
     /// starts at `base`), walking down from there to position `end` at most; the workers still
     /// holding the query where the walk stopped are scored there.
     fn descend(
@@ -227,29 +222,29 @@ impl<'a, L: Tree> Walker<'a, '_, L> {
         node: &'a L::Node,
         base: u32,
         end: u32,
-        slots: &mut [Slot],
+        set: &mut SlotSet,
         scores: &mut OverlapScores,
     ) {
-        let at = self.narrow(node, base, end, slots, scores);
-        self.score_all(&slots[..at.len], at.pos, scores);
+        let at = self.narrow(node, base, end, set, scores);
+        self.score_all(set, at.pos, scores);
     }
 
     /// Walks from `node` (whose edge starts at `base`) to the node whose edge starts at the
     /// checkpoint `hi`, scoring whoever stops before it. Returns that node (`None`: the query
-    /// leaves the tree first, and everyone is scored) and how many of `slots`, at the front,
-    /// are in it.
+    /// leaves the tree first, and everyone is scored), and leaves in `set` the workers in it.
     fn land(
         &self,
         node: &'a L::Node,
         base: u32,
         hi: u32,
-        slots: &mut [Slot],
+        set: &mut SlotSet,
         scores: &mut OverlapScores,
-    ) -> (Option<&'a L::Node>, usize) {
-        let at = self.narrow(node, base, hi, slots, scores);
-        if at.len == 0 || at.pos < hi {
-            self.score_all(&slots[..at.len], at.pos, scores);
-            return (None, 0);
+    ) -> Option<&'a L::Node> {
+        let at = self.narrow(node, base, hi, set, scores);
+        if set.is_empty() || at.pos < hi {
+            self.score_all(set, at.pos, scores);
+            set.clear();
+            return None;
         }
         let (layout, guard) = (self.layout, self.guard);
         let landing = layout.child(Some(at.node), at.off, self.query[hi as usize], guard);
@@ -257,62 +252,60 @@ impl<'a, L: Tree> Walker<'a, '_, L> {
             warm(layout, landing, guard);
         }
         let cover = landing.and_then(|n| layout.cover(n, guard));
-        let kept = self.keep(cover, &mut slots[..at.len], 1, hi, scores);
-        (landing, kept)
+        self.keep(cover, set, 1, hi, scores);
+        landing
     }
 
-    /// Keeps at the front of `slots` those holding at least `m` blocks of `cover` (`None`:
-    /// nobody), scoring each other worker at `base` plus its cutoff (nothing at depth 0);
-    /// returns how many are kept.
+    /// Keeps in `set` those holding at least `m` blocks of `cover` (`None`: nobody), scoring
+    /// each other worker at `base` plus its cutoff (nothing at depth 0).
     #[inline]
     fn keep(
         &self,
         cover: Option<&Cover>,
-        slots: &mut [Slot],
+        set: &mut SlotSet,
         m: u32,
         base: u32,
         scores: &mut OverlapScores,
-    ) -> usize {
+    ) {
         match cover {
-            Some(cover) => cover.keep_at_least(slots, m, |slot, c| {
+            Some(cover) => cover.keep(set, m, |slot, c| {
                 if base + c > 0 {
                     scores.push(self.names.name(slot), base + c);
                 }
             }),
             None => {
-                self.score_all(slots, base, scores);
-                0
+                self.score_all(set, base, scores);
+                set.clear();
             }
         }
     }
 
-    /// Scores every worker of `slots` at `depth` (nothing at 0).
-    fn score_all(&self, slots: &[Slot], depth: u32, scores: &mut OverlapScores) {
+    /// Scores every worker of `set` at `depth` (nothing at 0).
+    fn score_all(&self, set: &SlotSet, depth: u32, scores: &mut OverlapScores) {
         if depth > 0 {
-            for &slot in slots {
+            for slot in set.iter() {
                 scores.push(self.names.name(slot), depth);
             }
         }
     }
 
-    /// Walks down from `node` (whose edge starts at `base`) towards position `end`, keeping at
-    /// the front of `slots` the workers that still hold the query and scoring the others: at a
-    /// node whose edge the query follows for `m` blocks, a worker holding `c < m` of it stops
-    /// at `c`, and the others go on to the child where the query leaves the edge. Every
-    /// reported depth is `base + c` for a cutoff `c` read from a node the worker was in: at
-    /// that instant it held the whole path to there (the core adds shallowest first and
-    /// removes deepest first), so no phantom. Stops at `end`, where no worker is left, or
-    /// where the tree has no child that continues the query.
+    /// Walks down from `node` (whose edge starts at `base`) towards position `end`, keeping in
+    /// `set` the workers that still hold the query and scoring the others: at a node whose
+    /// edge the query follows for `m` blocks, a worker holding `c < m` of it stops at `c`, and
+    /// the others go on to the child where the query leaves the edge. Every reported depth is
+    /// `base + c` for a cutoff `c` read from a node the worker was in: at that instant it held
+    /// the whole path to there (the core adds shallowest first and removes deepest first), so
+    /// no phantom. Stops at `end`, where no worker is left, or where the tree has no child
+    /// that continues the query.
     fn narrow(
         &self,
         mut node: &'a L::Node,
         mut base: u32,
         end: u32,
-        slots: &mut [Slot],
+        set: &mut SlotSet,
         scores: &mut OverlapScores,
     ) -> Reached<'a, L::Node> {
         let (layout, guard, query) = (self.layout, self.guard, self.query);
-        let mut len = slots.len();
         loop {
             let edge = layout.edge(node);
             // Where the query goes next if it follows the whole edge (as a hit does): that
@@ -322,20 +315,13 @@ impl<'a, L: Tree> Walker<'a, '_, L> {
             }
             let rest = &query[base as usize..end as usize];
             let m = common_prefix(edge, rest) as u32;
-            len = self.keep(
-                layout.cover(node, guard),
-                &mut slots[..len],
-                m,
-                base,
-                scores,
-            );
+            self.keep(layout.cover(node, guard), set, m, base, scores);
             let reached = Reached {
                 node,
                 off: m,
                 pos: base + m,
-                len,
             };
-            if len == 0 || reached.pos >= end {
+            if set.is_empty() || reached.pos >= end {
                 return reached;
             }
             match layout.child(Some(node), m, query[reached.pos as usize], guard) {
@@ -425,7 +411,6 @@ fn jump_search<L: Checkpointed>(
         landing: canon.first(first),
         rolled: 0,
         scores: OverlapScores::new(),
-        scratch: Vec::new(),
     };
     // Position 0 is the root's child: the tree finds it without a probe.
     let Some(mut lo_node) = layout.child(None, 0, first, &guard) else {
@@ -434,7 +419,7 @@ fn jump_search<L: Checkpointed>(
     let Some(cover) = layout.cover(lo_node, &guard) else {
         return search.scores;
     };
-    let mut active: Vec<Slot> = cover.slots();
+    let mut active = cover.members();
     search.scores = OverlapScores::with_capacity(active.len());
     let gallop = MAX_GALLOP.min(MAX_WINDOW * stride);
     let base_jump = (jump.div_ceil(stride).max(1) * stride).min(gallop);
@@ -449,21 +434,15 @@ fn jump_search<L: Checkpointed>(
             // warm from the last landing, where a probe of the index would miss twice (bucket,
             // then entry). The walk there scores whoever stops on the way, so nobody is left
             // to scan back.
-            let (node, still) =
-                search
-                    .walker
-                    .land(lo_node, lo, hi, &mut active, &mut search.scores);
-            active.truncate(still);
-            node
+            search
+                .walker
+                .land(lo_node, lo, hi, &mut active, &mut search.scores)
         } else {
             // Further, one probe replaces a hop per stride.
             let key = search.slide(lo, hi);
             let node = layout.checkpoint(key, &guard);
-            let still = search.partition(node, &mut active);
-            if still < active.len() {
-                search.scan_back(&mut active[still..], lo, lo_node, hi);
-                active.truncate(still);
-            }
+            let dropped = search.split(node, &mut active);
+            search.scan_back(dropped, lo, lo_node, hi);
             node
         };
         // Gallop: a landing where nobody dropped doubles the next jump (long shared prefixes
