@@ -158,6 +158,24 @@ fn radix_cover_upgrade_against_a_reader() {
     });
 }
 
+/// Evicts the last two blocks of `w`'s chain of blocks 0..4 (local `i`, seq `10 + i`).
+fn evict_tail(index: &crate::RadixIndexer, w: crate::Worker) {
+    use crate::{Event, KvIndex};
+    index
+        .apply(&Event::removed(w, 1, vec![SeqHash(13), SeqHash(12)]))
+        .unwrap();
+}
+
+/// Stores them again.
+fn restore_tail(index: &crate::RadixIndexer, w: crate::Worker) {
+    use crate::{Event, KvIndex};
+    let block = |i: u64| Block::new(LocalHash(i), SeqHash(10 + i));
+    let tail = vec![block(2), block(3)];
+    index
+        .apply(&Event::stored(w, 2, Some(SeqHash(11)), tail))
+        .unwrap();
+}
+
 /// A worker's cutoff moves down (a tail eviction: an atomic store, no entry rewritten) and
 /// back up (the tail re-stored) while a query walks the edge: the query never sees more than
 /// the edge nor less than the blocks that stay.
@@ -178,19 +196,46 @@ fn core_cutoff_move_against_a_query() {
                 assert!(matches!(depth, Some(2..=4)), "{depth:?}");
             })
         };
-        index
-            .apply(&Event::removed(w, 1, vec![SeqHash(13), SeqHash(12)]))
-            .unwrap();
-        index
-            .apply(&Event::stored(
-                w,
-                2,
-                Some(SeqHash(11)),
-                vec![block(2), block(3)],
-            ))
-            .unwrap();
+        evict_tail(&index, w);
+        restore_tail(&index, w);
         reader.join().unwrap();
         assert_eq!(index.find_matches(&query).get(w), Some(4));
+        assert_eq!(index.entries(), 1, "one edge throughout");
+    });
+}
+
+/// The same move on an edge two workers hold (a cover that keeps which members hold the
+/// whole edge as bits): the bit of the worker whose tail is evicted is cleared before its
+/// cutoff moves down and set again after it moves back up, so the query, which keeps workers
+/// by that bit when it follows the whole edge, never reports more than the edge, nor less
+/// than the blocks that stay, and the other worker always the whole edge.
+#[test]
+fn core_full_bits_against_a_query() {
+    use crate::{Event, KvIndex, RadixIndexer, Worker};
+    loom::model(|| {
+        let index = Arc::new(RadixIndexer::default());
+        let (a, b) = (Worker::new(1, 0), Worker::new(2, 0));
+        let block = |i: u64| Block::new(LocalHash(i), SeqHash(10 + i));
+        let query = [LocalHash(0), LocalHash(1), LocalHash(2), LocalHash(3)];
+        for w in [a, b] {
+            let chain = (0..4).map(block).collect();
+            index.apply(&Event::stored(w, 0, None, chain)).unwrap();
+        }
+        let reader = {
+            let index = index.clone();
+            thread::spawn(move || {
+                let scores = index.find_matches(&query);
+                assert!(matches!(scores.get(a), Some(2..=4)), "{scores:?}");
+                assert_eq!(scores.get(b), Some(4), "{scores:?}");
+            })
+        };
+        evict_tail(&index, a);
+        let scores = index.find_matches(&query);
+        assert_eq!((scores.get(a), scores.get(b)), (Some(2), Some(4)));
+        restore_tail(&index, a);
+        reader.join().unwrap();
+        let scores = index.find_matches(&query);
+        assert_eq!((scores.get(a), scores.get(b)), (Some(4), Some(4)));
         assert_eq!(index.entries(), 1, "one edge throughout");
     });
 }
