@@ -23,9 +23,15 @@
 //!   ahead, as a walk asks for the next child's slot when it reaches a node: the slot's miss
 //!   overlaps the previous lookup instead of adding to it.
 //!
-//! Sets (narrowing every worker of a node to those holding its whole edge, half of them not):
-//! - `sets/keep_at_least/N`: N workers; up to 64 the cover is a sorted list walked alongside
-//!   the active slots, beyond that a bit and a cutoff per slot.
+//! Sets (N active workers, words of bits over their slots; up to 64 the cover is a sorted list
+//! with its members as words of bits, beyond that a bit and a cutoff per slot; both know which
+//! members hold the whole edge):
+//! - `sets/keep_all/N`: narrowing them to those holding a node's whole edge, which all do: a
+//!   word operation per 64 workers;
+//! - `sets/keep_half/N`: the same where half of them hold one block: those are scored one by
+//!   one, as the answer needs;
+//! - `sets/split/N`: splitting them into those in a node and the others, as a scan-back does
+//!   at a probe.
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use flash_indexer::LocalHash;
@@ -111,10 +117,17 @@ fn sets(c: &mut Criterion) {
         .measurement_time(Duration::from_secs(1))
         .sample_size(30);
     for workers in [64u32, 1024, 4096] {
-        let sets = CoverSets::new(workers, 2);
         group.throughput(Throughput::Elements(u64::from(workers)));
-        group.bench_function(BenchmarkId::new("keep_at_least", workers), |b| {
-            b.iter(|| black_box(&sets).keep())
+        let all = CoverSets::new(workers, 0);
+        let half = CoverSets::new(workers, 2);
+        group.bench_function(BenchmarkId::new("keep_all", workers), |b| {
+            b.iter(|| black_box(&all).keep())
+        });
+        group.bench_function(BenchmarkId::new("keep_half", workers), |b| {
+            b.iter(|| black_box(&half).keep())
+        });
+        group.bench_function(BenchmarkId::new("split", workers), |b| {
+            b.iter(|| black_box(&half).split())
         });
     }
     group.finish();

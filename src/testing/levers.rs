@@ -3,7 +3,7 @@
 
 use crate::index_core::canon::{Canon, MAX_FOLD};
 use crate::index_core::search::MAX_GALLOP;
-use crate::index_core::{Cover, Slot};
+use crate::index_core::{Cover, Slot, SlotSet};
 #[cfg(any(feature = "positional", feature = "array", feature = "radix"))]
 use crate::layouts::tree::child_table::{ChildTable, Keyed};
 #[cfg(any(feature = "positional", feature = "array", feature = "radix"))]
@@ -200,21 +200,24 @@ impl ChildProbe {
     }
 }
 
-/// The set lever: the step of a search where the workers still matching (`active`, sorted
-/// slots) are narrowed to those holding at least `m` blocks of a node, read from the node's
-/// cover, whose form depends on its size: a sorted list up to 64 workers, a bit and a cutoff
-/// per slot beyond.
+/// The set lever: the step of a search where the workers still matching (`active`, words of
+/// bits over their slots) are narrowed to those holding at least `m` blocks of a node, read
+/// from the node's cover (a sorted list with its members as words of bits up to 64 workers, a
+/// bit and a cutoff per slot beyond; both know which members hold the whole edge), and the step
+/// of a scan-back where they are split into those in a node and the others.
 ///
 /// ```
 /// use flash_indexer::testing::CoverSets;
 ///
 /// let sets = CoverSets::new(1_000, 2);
 /// assert_eq!(sets.keep(), 500);
+/// assert_eq!(sets.split(), 1_000);
+/// assert_eq!(CoverSets::new(1_000, 0).keep(), 1_000);
 /// ```
 pub struct CoverSets {
     cover: Cover,
-    active: Vec<Slot>,
-    scratch: std::cell::RefCell<Vec<Slot>>,
+    active: SlotSet,
+    scratch: std::cell::RefCell<SlotSet>,
 }
 
 impl std::fmt::Debug for CoverSets {
@@ -226,26 +229,28 @@ impl std::fmt::Debug for CoverSets {
 }
 
 impl CoverSets {
-    /// A cover of `workers` slots, where one in `stop_every` holds a single block and the
-    /// others the whole edge; every worker is active.
+    /// The edge the cover is on.
+    const EDGE: u32 = 64;
+
+    /// A cover of `workers` slots, where one in `stop_every` (none when 0) holds a single block
+    /// and the others the whole edge; every worker is active.
     pub fn new(workers: u32, stop_every: u32) -> Self {
-        let active: Vec<Slot> = (0..workers).collect();
         let cutoff = |s: Slot| {
-            if s.is_multiple_of(stop_every.max(1)) {
+            if stop_every > 0 && s.is_multiple_of(stop_every) {
                 1
             } else {
-                64
+                Self::EDGE
             }
         };
         let mut cover = Cover::one(0, cutoff(0));
-        for &slot in &active[1..] {
-            if let Err((Some(bigger), _)) = cover.raise(slot, cutoff(slot)) {
+        for slot in 1..workers {
+            if let Err((Some(bigger), _)) = cover.raise(slot, cutoff(slot), Self::EDGE) {
                 cover = bigger;
             }
         }
         Self {
             cover,
-            active,
+            active: SlotSet::from_sorted(0..workers),
             scratch: Default::default(),
         }
     }
@@ -253,13 +258,22 @@ impl CoverSets {
     /// Narrows every active worker to those holding the whole edge, counting the others as a
     /// search scores them; returns how many are kept.
     pub fn keep(&self) -> usize {
-        let mut scratch = self.scratch.borrow_mut();
-        scratch.clone_from(&self.active);
+        let mut set = self.scratch.borrow_mut();
+        set.copy_from(&self.active);
         let mut dropped = 0u64;
-        let kept = self
-            .cover
-            .keep_at_least(&mut scratch, 64, |_, c| dropped += u64::from(c));
+        self.cover
+            .keep(&mut set, Self::EDGE, |_, c| dropped += u64::from(c));
         std::hint::black_box(dropped);
-        kept
+        set.len()
+    }
+
+    /// Splits every active worker into those in the cover and the others, as a scan-back does
+    /// at a probe; returns how many are in.
+    pub fn split(&self) -> usize {
+        let mut set = self.scratch.borrow_mut();
+        set.copy_from(&self.active);
+        let absent = self.cover.split_off_absent(&mut set);
+        std::hint::black_box(absent);
+        set.len()
     }
 }
