@@ -9,20 +9,19 @@
 //!
 //! # When to pick it
 //!
-//! Both layouts share the tree, the search and the nodes; they differ only in the checkpoint
-//! index, one entry per distinct prefix at every 64th position. Measured side by side
-//! (`flashbench compare`, 2 cores, medians of 3 rounds, `papers/figures/compare.md`), the array
-//! is *not* measurably better than the positional map: in the run of commit 4bb272e, on
-//! Dynamo's published workload it held the same bytes per pair (69.4 against 69.5) and answered
-//! as fast (p50 0.64 us against 0.64, p99 1.17 against 1.15); it stored and removed a little
-//! faster (47.2M against 44.1M and 49.2M against 44.7M blocks per second), as it did in the
-//! round's earlier run too, which is not explained. On the trace it replayed a little faster
-//! (827k against 773k operations per second) with a higher query p99 (1.95 against 1.86 us).
-//! On the depth preset the two are within the
-//! noise of each other. With 64 positions between checkpoints, a query probes the index a few
-//! times, and hashing the position into the key costs nothing that the array saves. The
-//! positional map is the default; the array stays for routers that want each checkpoint's map
-//! to stay small (`default-array`).
+//! Both layouts share the tree, the search and the nodes; they differ only in the checkpoint index,
+//! one entry per distinct prefix at every 64th position. Measured side by side (`flashbench
+//! compare`, 2 cores, medians of 3 rounds, `papers/figures/compare.md`), the array holds the same
+//! memory, answers queries about as fast, and writes a little faster: in the run of round 6 (commit
+//! 185feef), on Dynamo's published workload it held the same bytes per pair (69.8 against 69.9) and
+//! answered about as fast (p50 0.39 us against 0.38, p99 0.80 against 0.73), and stored and removed
+//! faster (51.0M against 49.7M and 47.6M against 36.8M blocks per second); on the trace it replayed
+//! faster (778k against 644k operations per second, query p99 1.88 against 2.10 us), as it did in
+//! both of round 5's runs (not explained beyond the smaller maps). On the depth preset the two are
+//! within the noise of each other. With 64 positions between checkpoints, a query probes the index
+//! a few times, and hashing the position into the key costs nothing that the array saves on the
+//! read side. The positional map is the default; `default-array` picks the array for routers that
+//! write more than they read, or want each checkpoint's map to stay small.
 
 use super::checkpoints::{self, NodeMap, STRIDE, node_map};
 use super::tree::{AsTree, Checkpoints, EdgeTree, NodePtr};
