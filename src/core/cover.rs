@@ -74,6 +74,7 @@ pub struct WideCover {
     full: Box<[AtomicU64]>,
     /// Indexed by slot; 0 for non-members.
     cutoffs: Box<[AtomicU32]>,
+    /// The edge's length: a cutoff of this many is the whole edge.
     edge: u32,
 }
 

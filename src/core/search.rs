@@ -336,8 +336,10 @@ impl<'a, L: Tree> Walker<'a, '_, L> {
     }
 }
 
-/// Asks for `node`'s edge and cover, each behind its own pointer in the node, before the walk
-/// reads them: their misses then overlap each other instead of adding up.
+/// Asks for `node`'s edge and cover before the walk reads them, so that their misses overlap
+/// instead of adding up: a cover that replaced the node's first one lives in its own
+/// allocation, and a node found in a sorted child array or the checkpoint index has not had
+/// its lines asked for (one found in a child table has: `child_table.rs`).
 #[inline]
 fn warm<L: Tree>(layout: &L, node: &L::Node, guard: &L::Guard<'_>) {
     /// The edge's first lines: the hardware's stream prefetcher takes over from there.

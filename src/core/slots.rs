@@ -2,6 +2,7 @@
 //! lists the members of a set of slots kept as bits ([`Cover`](super::cover::Cover)'s wide
 //! form).
 
+use super::slot_set::slots_of;
 use crate::sync::atomic::{AtomicU64, Ordering};
 
 /// A worker's dense index (see `worker_table.rs`).
@@ -17,11 +18,7 @@ pub(crate) fn slots_of_bits(words: &[AtomicU64], len: usize) -> Vec<Slot> {
     let mut out = Vec::with_capacity(len);
     for (i, word) in words.iter().enumerate() {
         // Acquire pairs with the writer's release, after which the slot's name is readable.
-        let mut bits = word.load(Ordering::Acquire);
-        while bits != 0 {
-            out.push(i as Slot * 64 + bits.trailing_zeros());
-            bits &= bits - 1;
-        }
+        out.extend(slots_of(i as u32, word.load(Ordering::Acquire)));
     }
     out
 }
