@@ -33,11 +33,28 @@
 //! - `sets/split/N`: splitting them into those in a node and the others, as a scan-back does
 //!   at a probe.
 
-use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use criterion::measurement::WallTime;
+use criterion::{
+    BenchmarkGroup, BenchmarkId, Criterion, Throughput, criterion_group, criterion_main,
+};
 use flash_indexer::LocalHash;
 use flash_indexer::testing::{CanonicalRoll, ChildProbe, CoverSets, SplitMix64};
 use std::hint::black_box;
 use std::time::Duration;
+
+/// A group of one lever's benches: short warm-up, 30 samples over `measure`.
+fn lever_group<'a>(
+    c: &'a mut Criterion,
+    name: &str,
+    measure: Duration,
+) -> BenchmarkGroup<'a, WallTime> {
+    let mut group = c.benchmark_group(name);
+    group
+        .warm_up_time(Duration::from_millis(300))
+        .measurement_time(measure)
+        .sample_size(30);
+    group
+}
 
 /// The previous canonical step: `fold((parent ^ k0) * (local ^ k1))`.
 fn fold_mix(query: &[LocalHash], k0: u64, k1: u64) -> u64 {
@@ -48,11 +65,7 @@ fn fold_mix(query: &[LocalHash], k0: u64, k1: u64) -> u64 {
 }
 
 fn roll(c: &mut Criterion) {
-    let mut group = c.benchmark_group("roll");
-    group
-        .warm_up_time(Duration::from_millis(300))
-        .measurement_time(Duration::from_secs(1))
-        .sample_size(30);
+    let mut group = lever_group(c, "roll", Duration::from_secs(1));
     let roll = CanonicalRoll::new(1);
     let mut rng = SplitMix64(2);
     let (k0, k1) = (rng.next_u64(), rng.next_u64() | 1);
@@ -76,11 +89,7 @@ fn roll(c: &mut Criterion) {
 }
 
 fn probe(c: &mut Criterion) {
-    let mut group = c.benchmark_group("probe");
-    group
-        .warm_up_time(Duration::from_millis(300))
-        .measurement_time(Duration::from_secs(2))
-        .sample_size(30);
+    let mut group = lever_group(c, "probe", Duration::from_secs(2));
     let probe = ChildProbe::new(256, 4096, 3);
     // Each lookup's index depends on the last one's result (through a zero the compiler cannot
     // see), as a walk's next lookup depends on the node it found: the time is a lookup's
@@ -111,11 +120,7 @@ fn probe(c: &mut Criterion) {
 }
 
 fn sets(c: &mut Criterion) {
-    let mut group = c.benchmark_group("sets");
-    group
-        .warm_up_time(Duration::from_millis(300))
-        .measurement_time(Duration::from_secs(1))
-        .sample_size(30);
+    let mut group = lever_group(c, "sets", Duration::from_secs(1));
     for workers in [64u32, 1024, 4096] {
         group.throughput(Throughput::Elements(u64::from(workers)));
         let all = CoverSets::new(workers, 0);
