@@ -10,6 +10,8 @@
 //! - [`KvIndex`]: the trait every index implements; [`Event`], [`EventError`], [`OverlapScores`].
 //! - [`hash`]: block hashing compatible with Dynamo's router.
 //! - [`NaiveIndexer`]: the contract written literally; the oracle of every test.
+//! - `approx` (feature `approximate`): approximate mode, an index of predicted caches built from
+//!   routing decisions, for engines that publish no KV events.
 //! - [`pool`]: writer threads in front of any index, with per-worker ordering.
 //! - `ingest` (feature `vllm`): vLLM and SGLang KV events over ZeroMQ, into a pool.
 //! - [`testing`] (feature `testing`): the differential harness that checks any [`KvIndex`]
@@ -32,6 +34,8 @@
 //! ```
 #![warn(missing_docs)]
 
+#[cfg(feature = "approximate")]
+pub mod approx;
 // The generic core, in `src/core/`; named apart from `::core`, which it would shadow.
 #[cfg(not(loom))]
 mod counters;
@@ -64,6 +68,10 @@ pub mod testing;
 #[path = "../loom_tests/loom.rs"]
 mod loom_tests;
 
+#[cfg(feature = "approximate")]
+pub use approx::{
+    ApproximateIndex, ApproximateIndexer, NaiveApproximateIndexer, Retention, Routed,
+};
 pub use error::EventError;
 pub use index::KvIndex;
 pub use naive::NaiveIndexer;

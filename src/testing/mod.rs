@@ -19,6 +19,8 @@
 
 #[cfg(not(loom))]
 mod alloc;
+#[cfg(all(feature = "arbitrary", feature = "approximate"))]
+mod approx;
 mod check;
 #[cfg(feature = "arbitrary")]
 mod fuzz_input;
@@ -33,6 +35,12 @@ pub use crate::layouts::positional::NarrowPositionalMap;
 pub use crate::mix::{GOLDEN, SplitMix64, splitmix64};
 #[cfg(not(loom))]
 pub use alloc::{CountingAlloc, collect_garbage};
+#[cfg(all(feature = "arbitrary", feature = "approximate"))]
+pub use approx::{
+    ApproxCase, ApproxStep, MAX_APPROX_STEPS, approx_case_strategy,
+    approximate_case_on_every_layout, check_approximate, decode_approx_input,
+    run_approximate_input,
+};
 pub use check::{Divergence, Op, check_ops, check_ops_on_each};
 #[cfg(all(feature = "arbitrary", feature = "vllm", not(loom)))]
 pub use fuzz_input::run_decode_input;

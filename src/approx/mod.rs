@@ -1,0 +1,245 @@
+//! Approximate mode: an index of what workers are *predicted* to cache, from the router's own
+//! routing decisions, for engines that publish no KV events (feature `approximate`).
+//!
+//! Many deployments have no KV events: switched off, engines without them, managed endpoints.
+//! A router can still route by prefix if it remembers where it sent each request: the worker
+//! that served a prompt has probably cached it, for a while. [`ApproximateIndexer`] keeps those
+//! predictions as ordinary entries of any [`KvIndex`], so queries, layouts and their speed are
+//! the same as in exact mode:
+//!
+//! - [`record_routing`](ApproximateIndexer::record_routing) predicts that a worker now caches a
+//!   request's chain of local hashes, and [`release`](ApproximateIndexer::release) says the
+//!   request finished;
+//! - a [`Retention`] decides how long predictions live: a time to live (Dynamo's default,
+//!   120 s), or an LRU model of each worker's capacity with running requests pinned;
+//! - a worker that publishes events ([`KvIndex::apply`]) is indexed exactly from its first event
+//!   on, and its predictions are dropped, so a fleet can mix both kinds of engines.
+//!
+//! Time is whatever the caller says it is (`now`, a [`Duration`] since any origin it picks, never
+//! read from a clock here): predictions change only in calls that carry `now`, and a simulator
+//! or a test drives time exactly. [`expire`](ApproximateIndexer::expire) lets a router expire
+//! predictions between decisions.
+//!
+//! [`NaiveApproximateIndexer`] states the same semantics as plainly as possible; every layout
+//! is checked against it.
+//!
+//! ```
+//! use core::time::Duration;
+//! use flash_indexer::{hash, ApproximateIndexer, KvIndex, Retention, Worker};
+//!
+//! let index: ApproximateIndexer<flash_indexer::DefaultIndexer> =
+//!     ApproximateIndexer::new(Retention::lru(1_000));
+//! let prompt = hash::local_hashes(&(0..256).collect::<Vec<u32>>(), 64);
+//! let worker = Worker::new(3, 0);
+//!
+//! // The router sent the prompt to worker 3: its 4 blocks are predicted there.
+//! let routed = index.record_routing(worker, &prompt, Duration::from_secs(1));
+//! assert_eq!(index.find_matches(&prompt).best(), Some((worker, 4)));
+//! // The request finished: its blocks stay predicted until the capacity model evicts them.
+//! index.release(routed, Duration::from_secs(2));
+//! assert_eq!(index.find_matches(&prompt[..2]).get(worker), Some(2));
+//! ```
+
+mod naive;
+mod predictions;
+mod retention;
+
+pub use naive::NaiveApproximateIndexer;
+pub use predictions::Routed;
+pub use retention::Retention;
+
+use crate::error::EventError;
+use crate::index::KvIndex;
+use crate::scores::OverlapScores;
+use crate::sync::{Mutex, lock};
+use crate::types::{Event, LocalHash, Worker};
+use core::time::Duration;
+use predictions::Predictions;
+
+/// An index of predicted caches over any [`KvIndex`] (see [the module](self)).
+///
+/// `I` holds both the predicted blocks and the exact blocks of workers that publish events.
+/// Queries go straight to it, lock-free as ever. Routing decisions and releases take one lock,
+/// under which they update the predictions and apply the events that mirror them.
+#[derive(Debug)]
+pub struct ApproximateIndexer<I> {
+    index: I,
+    predictions: Mutex<Predictions>,
+}
+
+impl<I: KvIndex + Default> ApproximateIndexer<I> {
+    /// An empty approximate index over an empty `I`.
+    pub fn new(retention: Retention) -> Self {
+        Self::with_index(I::default(), retention)
+    }
+}
+
+impl<I: KvIndex + Default> Default for ApproximateIndexer<I> {
+    /// [`Retention::default`]: a 120 s time to live.
+    fn default() -> Self {
+        Self::new(Retention::default())
+    }
+}
+
+impl<I: KvIndex> ApproximateIndexer<I> {
+    /// An approximate index over `index`, which should be empty: blocks it already holds are
+    /// taken as exact blocks of their workers only once those workers publish an event.
+    pub fn with_index(index: I, retention: Retention) -> Self {
+        Self {
+            index,
+            predictions: Mutex::new(Predictions::new(retention)),
+        }
+    }
+
+    /// The index underneath, holding predicted and exact blocks alike.
+    pub fn index(&self) -> &I {
+        &self.index
+    }
+
+    /// How predictions are kept.
+    pub fn retention(&self) -> Retention {
+        lock(&self.predictions).retention()
+    }
+
+    /// Predicts that `worker` caches the chain `locals` from `now` on: the router has just sent
+    /// it a request with that prompt. Expires what `now` ends first. Blocks the worker is
+    /// already predicted to hold are touched (and pinned, under [`Retention::lru`]); the rest
+    /// are added, evicting least recently used unpinned blocks of other requests when the worker
+    /// is at capacity, as far as capacity allows.
+    ///
+    /// Does nothing but move the clock for a worker that publishes events (it is exact), or for
+    /// an empty chain. The returned [`Routed`] is for [`release`](Self::release).
+    pub fn record_routing(&self, worker: Worker, locals: &[LocalHash], now: Duration) -> Routed {
+        let mut predictions = lock(&self.predictions);
+        let mut events = Vec::new();
+        let routed = predictions.route(worker, locals, now, &mut events);
+        self.apply_predicted(&events);
+        routed
+    }
+
+    /// The request `routed` finished at `now`: its blocks stop being pinned and become
+    /// evictable, newest last, tails first (as an engine frees them). Expires what `now` ends
+    /// first. Releasing twice, or a request that pinned nothing, does nothing more.
+    pub fn release(&self, routed: Routed, now: Duration) {
+        let mut predictions = lock(&self.predictions);
+        let mut events = Vec::new();
+        predictions.release(routed, now, &mut events);
+        self.apply_predicted(&events);
+    }
+
+    /// Moves the clock to `now` and drops predictions whose time to live has passed. Time never
+    /// goes backwards: an earlier `now` than one already seen counts as that one.
+    pub fn expire(&self, now: Duration) {
+        let mut predictions = lock(&self.predictions);
+        let mut events = Vec::new();
+        predictions.advance(now, &mut events);
+        self.apply_predicted(&events);
+    }
+
+    /// Whether `worker` has published an event, and so is indexed exactly.
+    pub fn is_exact(&self, worker: Worker) -> bool {
+        lock(&self.predictions).is_exact(worker)
+    }
+
+    /// Blocks `worker` is predicted to hold (0 for an exact worker).
+    pub fn predicted_blocks(&self, worker: Worker) -> usize {
+        lock(&self.predictions).predicted_blocks(worker)
+    }
+
+    /// Applies the events that mirror a change of the predictions (under their lock). They are
+    /// valid by construction: stores continue predicted chains, removes name predicted leaves.
+    fn apply_predicted(&self, events: &[Event]) {
+        for event in events {
+            // A failure here would need two prefixes of one chain to share an XXH3 sequence
+            // hash; the index then rejects the store whole and stays consistent.
+            let _ = self.index.apply(event);
+        }
+    }
+}
+
+impl<I: KvIndex> KvIndex for ApproximateIndexer<I> {
+    /// Applies an engine's event exactly. The first event of a worker drops its predictions
+    /// (clearing them from the index) and marks it exact: routing decisions no longer change it.
+    fn apply(&self, event: &Event) -> Result<(), EventError> {
+        {
+            let mut predictions = lock(&self.predictions);
+            if !predictions.is_exact(event.worker)
+                && let Some(clear) = predictions.make_exact(event.worker)
+            {
+                self.apply_predicted(&[clear]);
+            }
+        }
+        self.index.apply(event)
+    }
+
+    fn find_matches(&self, query: &[LocalHash]) -> OverlapScores {
+        self.index.find_matches(query)
+    }
+
+    /// Drops every worker with that id, predicted or exact; a worker that comes back starts
+    /// predicted again.
+    fn remove_worker(&self, id: u64) {
+        let mut predictions = lock(&self.predictions);
+        predictions.forget(|w| w.id == id);
+        self.index.remove_worker(id);
+    }
+
+    fn remove_worker_dp_rank(&self, worker: Worker) {
+        let mut predictions = lock(&self.predictions);
+        predictions.forget(|w| w == worker);
+        self.index.remove_worker_dp_rank(worker);
+    }
+
+    fn block_count(&self, worker: Worker) -> usize {
+        self.index.block_count(worker)
+    }
+
+    /// The index's dump: exact and predicted blocks alike, as stores.
+    fn dump(&self) -> Vec<Event> {
+        self.index.dump()
+    }
+
+    fn flush_retired(&self) {
+        self.index.flush_retired()
+    }
+}
+
+/// What an approximate index answers beyond [`KvIndex`]: the routing side. Implemented by
+/// [`ApproximateIndexer`] over any index and by [`NaiveApproximateIndexer`], so that tests and
+/// tools drive either through one object-safe trait.
+pub trait ApproximateIndex: KvIndex {
+    /// See [`ApproximateIndexer::record_routing`].
+    fn record_routing(&self, worker: Worker, locals: &[LocalHash], now: Duration) -> Routed;
+    /// See [`ApproximateIndexer::release`].
+    fn release(&self, routed: Routed, now: Duration);
+    /// See [`ApproximateIndexer::expire`].
+    fn expire(&self, now: Duration);
+    /// See [`ApproximateIndexer::is_exact`].
+    fn is_exact(&self, worker: Worker) -> bool;
+    /// See [`ApproximateIndexer::predicted_blocks`].
+    fn predicted_blocks(&self, worker: Worker) -> usize;
+}
+
+macro_rules! approximate_index_by_inherent_methods {
+    ($($ty:ty $(where $param:ident)?),*) => {$(
+        impl$(<$param: KvIndex>)? ApproximateIndex for $ty {
+            fn record_routing(&self, worker: Worker, locals: &[LocalHash], now: Duration) -> Routed {
+                Self::record_routing(self, worker, locals, now)
+            }
+            fn release(&self, routed: Routed, now: Duration) {
+                Self::release(self, routed, now)
+            }
+            fn expire(&self, now: Duration) {
+                Self::expire(self, now)
+            }
+            fn is_exact(&self, worker: Worker) -> bool {
+                Self::is_exact(self, worker)
+            }
+            fn predicted_blocks(&self, worker: Worker) -> usize {
+                Self::predicted_blocks(self, worker)
+            }
+        }
+    )*};
+}
+
+approximate_index_by_inherent_methods!(ApproximateIndexer<I> where I, NaiveApproximateIndexer);
