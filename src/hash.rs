@@ -18,11 +18,73 @@ pub const SEED: u64 = 1337;
 /// The seed of local hashes for tokens run through LoRA adapter `lora_name`:
 /// `1337 + XXH3-64(lora_name, seed 0)`, wrapping. An empty name means no LoRA ([`SEED`]).
 pub fn lora_seed(lora_name: &str) -> u64 {
-    if lora_name.is_empty() {
-        SEED
-    } else {
-        SEED.wrapping_add(xxh3_64_with_seed(lora_name.as_bytes(), 0))
+    Salt::lora(lora_name).seed()
+}
+
+/// What keeps caches apart: a LoRA adapter and a cache namespace (a tenant, a model tag),
+/// folded into the seed of the local hashes exactly as `dynamo-kv-router` 1.6 folds them
+/// (`compute_salt_hash`), so that two requests share cached blocks only when they share both.
+///
+/// The seed is `1337`, plus `XXH3-64(lora_name, seed 0)` with a LoRA, plus
+/// `XXH3-64(cache_namespace, seed 1)` with a namespace (wrapping); an empty string counts as
+/// none. Sequence hashes ([`seq_hashes`]) are unsalted: they chain salted local hashes.
+///
+/// ```
+/// use flash_indexer::hash::{Salt, local_hashes, local_hashes_salted};
+///
+/// let tokens: Vec<u32> = (1..=48).collect();
+/// assert_eq!(local_hashes_salted(&tokens, 16, Salt::NONE), local_hashes(&tokens, 16));
+/// let tenant = Salt::namespace("tenant-a");
+/// assert_eq!(local_hashes_salted(&tokens, 16, tenant)[0].0, 8175209796170318505);
+/// assert_ne!(local_hashes_salted(&tokens, 16, tenant), local_hashes(&tokens, 16));
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Salt<'a> {
+    /// The LoRA adapter the tokens run through.
+    pub lora_name: Option<&'a str>,
+    /// The cache namespace the request belongs to.
+    pub cache_namespace: Option<&'a str>,
+}
+
+impl<'a> Salt<'a> {
+    /// No LoRA, no namespace: the seed is [`SEED`].
+    pub const NONE: Salt<'static> = Salt {
+        lora_name: None,
+        cache_namespace: None,
+    };
+
+    /// A LoRA adapter only.
+    pub fn lora(lora_name: &'a str) -> Self {
+        Self {
+            lora_name: Some(lora_name),
+            cache_namespace: None,
+        }
     }
+
+    /// A cache namespace only.
+    pub fn namespace(cache_namespace: &'a str) -> Self {
+        Self {
+            lora_name: None,
+            cache_namespace: Some(cache_namespace),
+        }
+    }
+
+    /// The XXH3 seed of local hashes under this salt (Dynamo's salt hash).
+    pub fn seed(&self) -> u64 {
+        let mut seed = SEED;
+        if let Some(lora) = self.lora_name.filter(|s| !s.is_empty()) {
+            seed = seed.wrapping_add(xxh3_64_with_seed(lora.as_bytes(), 0));
+        }
+        if let Some(namespace) = self.cache_namespace.filter(|s| !s.is_empty()) {
+            seed = seed.wrapping_add(xxh3_64_with_seed(namespace.as_bytes(), 1));
+        }
+        seed
+    }
+}
+
+/// [`local_hashes`] under a [`Salt`] (LoRA adapter, cache namespace).
+pub fn local_hashes_salted(tokens: &[u32], block_size: usize, salt: Salt<'_>) -> Vec<LocalHash> {
+    local_hashes_with_seed(tokens, block_size, salt.seed())
 }
 
 /// Local hashes of the full blocks of `tokens` (a trailing partial block is dropped).

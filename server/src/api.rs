@@ -2,7 +2,7 @@
 //!
 //! | route | what |
 //! |---|---|
-//! | `POST /query` | `{"model", "tokens" \| "local_hashes", "lora"?}`: every worker's matched depth per tier and weighted score, best first |
+//! | `POST /query` | `{"model", "tokens" \| "local_hashes", "lora"?, "namespace"?}`: every worker's matched depth per tier and weighted score, best first |
 //! | `GET /workers` | engines followed (with ingest counters), topic pods, models and their indexes |
 //! | `POST /workers` | follow one more engine: `{"events", "replay"?, "worker", "dp_rank"?, "model"?}` |
 //! | `DELETE /workers/{id}` | stop following worker `id`'s engine and drop its blocks |
@@ -107,6 +107,8 @@ struct QueryRequest {
     tokens: Option<Vec<u32>>,
     local_hashes: Option<Vec<u64>>,
     lora: Option<String>,
+    /// The cache namespace of `tokens` (Dynamo's `cache_namespace`).
+    namespace: Option<String>,
 }
 
 async fn query(
@@ -133,16 +135,19 @@ async fn query(
         },
     };
     let locals: Vec<LocalHash> = match (request.tokens, request.local_hashes) {
-        (Some(tokens), None) => match &request.lora {
-            Some(lora) => hash::local_hashes_lora(&tokens, model.block_size, lora),
-            None => hash::local_hashes(&tokens, model.block_size),
-        },
-        (None, Some(locals)) if request.lora.is_none() => {
+        (Some(tokens), None) => {
+            let salt = hash::Salt {
+                lora_name: request.lora.as_deref(),
+                cache_namespace: request.namespace.as_deref(),
+            };
+            hash::local_hashes_salted(&tokens, model.block_size, salt)
+        }
+        (None, Some(locals)) if request.lora.is_none() && request.namespace.is_none() => {
             locals.into_iter().map(LocalHash).collect()
         }
         (None, Some(_)) => {
             return Err(ApiError::bad(
-                "\"lora\" seeds the hashes of \"tokens\"; \"local_hashes\" are hashed already",
+                "\"lora\" and \"namespace\" seed the hashes of \"tokens\"; \"local_hashes\" are hashed already",
             ));
         }
         (Some(_), Some(_)) => {

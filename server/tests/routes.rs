@@ -30,9 +30,11 @@ fn stored(worker: Worker, locals: &[LocalHash], n: usize) -> Event {
 }
 
 /// Model `m`: worker 1 holds 4 blocks on the GPU and 6 on the CPU; worker 2 holds 2 on the
-/// CPU; worker 3 holds 1 on disk.
+/// CPU; worker 3 holds 1 on disk; worker 4 holds 3 on the GPU, hashed in cache namespace
+/// `tenant-a`.
 fn tiered_snapshot(dir: &std::path::Path) {
-    let (_, locals) = request();
+    let (tokens, locals) = request();
+    let tenant = hash::local_hashes_salted(&tokens, BLOCK_SIZE, hash::Salt::namespace("tenant-a"));
     let index = |tier: &str, events: Vec<Event>| IndexDump {
         model: "m".into(),
         tier: tier.into(),
@@ -41,7 +43,13 @@ fn tiered_snapshot(dir: &std::path::Path) {
     let contents = Contents {
         taken_unix_ms: 1,
         indexes: vec![
-            index("GPU", vec![stored(Worker::new(1, 0), &locals, 4)]),
+            index(
+                "GPU",
+                vec![
+                    stored(Worker::new(1, 0), &locals, 4),
+                    stored(Worker::new(4, 0), &tenant, 3),
+                ],
+            ),
             index(
                 "CPU",
                 vec![
@@ -105,6 +113,13 @@ fn queries_score_every_tier_and_bad_input_gets_a_4xx() {
     // Another LoRA adapter hashes the same tokens apart: nobody holds them.
     let (_, lora) = server.post("/query", &json!({ "tokens": tokens, "lora": "alice" }));
     assert_eq!(lora["workers"], json!([]));
+    // So does a cache namespace: only the tenant's worker holds its blocks.
+    let (status, tenant) = server.post(
+        "/query",
+        &json!({ "tokens": tokens, "namespace": "tenant-a" }),
+    );
+    assert_eq!(status, 200, "{tenant}");
+    assert_eq!(scores(&tenant), [(4, 3, 3.0)]);
     // A request shorter than a block has no blocks.
     let (_, short) = server.post("/query", &json!({ "tokens": [1, 2, 3] }));
     assert_eq!(
@@ -147,6 +162,11 @@ fn queries_score_every_tier_and_bad_input_gets_a_4xx() {
         400,
         server.post("/query", &json!({ "local_hashes": [1], "lora": "x" })),
         "lora",
+    );
+    bad(
+        400,
+        server.post("/query", &json!({ "local_hashes": [1], "namespace": "x" })),
+        "namespace",
     );
     bad(
         404,
@@ -194,7 +214,7 @@ fn queries_score_every_tier_and_bad_input_gets_a_4xx() {
     let (status, metrics) = server.get("/metrics");
     assert_eq!(status, 200);
     for line in [
-        "flash_indexer_queries_total{model=\"m\"} 4",
+        "flash_indexer_queries_total{model=\"m\"} 5",
         "flash_indexer_workers{model=\"m\",tier=\"CPU\"} 2",
         "flash_indexer_query_duration_seconds_bucket",
         "flash_indexer_resident_bytes",
@@ -209,7 +229,7 @@ fn queries_score_every_tier_and_bad_input_gets_a_4xx() {
     assert_eq!(status, 200);
     let dumped = snapshot::decode(&bytes).unwrap();
     let events: usize = dumped.indexes.iter().map(|i| i.events.len()).sum();
-    assert_eq!((dumped.indexes.len(), events), (3, 4));
+    assert_eq!((dumped.indexes.len(), events), (3, 5));
     server.terminate();
     std::fs::remove_dir_all(&dir).unwrap();
 }
