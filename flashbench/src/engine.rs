@@ -63,15 +63,18 @@ struct Cached {
     ready_at: u64,
 }
 
+/// One engine's prefix cache: block slots with LRU eviction of unreferenced blocks.
 #[derive(Default)]
-struct Engine {
+pub(crate) struct Engine {
     cache: HashMap<u64, Cached>,
     lru: BTreeMap<u64, u64>,
     tick: u64,
 }
 
 impl Engine {
-    fn pin(&mut self, seq: u64) -> Option<u64> {
+    /// Takes a reference on a cached block; `None` if it is not cached. Returns when its store
+    /// is published.
+    pub(crate) fn pin(&mut self, seq: u64) -> Option<u64> {
         let cached = self.cache.get_mut(&seq)?;
         if cached.refs == 0 {
             self.lru.remove(&cached.tick);
@@ -80,7 +83,8 @@ impl Engine {
         Some(cached.ready_at)
     }
 
-    fn release(&mut self, seq: u64) {
+    /// Drops a reference; an unreferenced block joins the LRU.
+    pub(crate) fn release(&mut self, seq: u64) {
         let Some(cached) = self.cache.get_mut(&seq) else {
             return;
         };
@@ -93,7 +97,7 @@ impl Engine {
     }
 
     /// Takes a slot for `seq`, evicting the least recently used unreferenced block if full.
-    fn allocate(
+    pub(crate) fn allocate(
         &mut self,
         seq: u64,
         ready_at: u64,
@@ -157,6 +161,28 @@ impl Emitter {
     }
 }
 
+/// The prompt's tokens: each hash id stands for 512 distinct tokens, and copies get disjoint
+/// ids. The hash ids give at most 512 tokens each: a longer `input_length` is cut to them, a
+/// shorter one cuts them (a prompt may be shorter than one block).
+pub fn prompt_tokens(request: &Request, copy: u64) -> Vec<u32> {
+    let mut tokens: Vec<u32> = Vec::with_capacity(
+        request
+            .input_length
+            .min(request.hash_ids.len() * TOKENS_PER_HASH_ID)
+            + request.output_length,
+    );
+    'ids: for id in &request.hash_ids {
+        let id = id ^ (copy << 48);
+        for j in 0..TOKENS_PER_HASH_ID as u64 {
+            if tokens.len() == request.input_length {
+                break 'ids;
+            }
+            tokens.push(mix(id, j) as u32);
+        }
+    }
+    tokens
+}
+
 /// Runs the mock engines over `trace` and returns the workload a router would see.
 pub fn generate(trace: &[Request], cfg: &EngineConfig, source: &str) -> Workload {
     let bs = cfg.block_size.max(1);
@@ -187,24 +213,7 @@ pub fn generate(trace: &[Request], cfg: &EngineConfig, source: &str) -> Workload
             Action::Arrive(i) => {
                 let (request, copy) = requests[i];
                 let worker = mix(salt ^ 0x77, i as u64) % cfg.workers.max(1);
-                // Tokens: each hash id stands for 512 distinct tokens; copies get disjoint ids.
-                // The hash ids give at most 512 tokens each: a longer `input_length` is cut to
-                // them, a shorter one cuts them (a prompt may be shorter than one block).
-                let mut tokens: Vec<u32> = Vec::with_capacity(
-                    request
-                        .input_length
-                        .min(request.hash_ids.len() * TOKENS_PER_HASH_ID)
-                        + request.output_length,
-                );
-                'ids: for id in &request.hash_ids {
-                    let id = id ^ (copy << 48);
-                    for j in 0..TOKENS_PER_HASH_ID as u64 {
-                        if tokens.len() == request.input_length {
-                            break 'ids;
-                        }
-                        tokens.push(mix(id, j) as u32);
-                    }
-                }
+                let mut tokens = prompt_tokens(request, copy);
                 let prompt_tokens = tokens.len();
                 let prompt_blocks = prompt_tokens / bs;
                 tokens.extend(

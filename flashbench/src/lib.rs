@@ -6,6 +6,7 @@ pub mod compare;
 pub mod engine;
 pub mod replay;
 pub mod report;
+pub mod route;
 pub mod sweep;
 pub mod trace;
 pub mod workload;

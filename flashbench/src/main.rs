@@ -11,7 +11,7 @@ use flash_indexer::testing::{self, IndexFactory};
 use flashbench::engine::{self, EngineConfig};
 use flashbench::replay::{self, ReplayConfig, Report};
 use flashbench::workload::Workload;
-use flashbench::{compare, report, sweep, trace};
+use flashbench::{compare, report, route, sweep, trace};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::fs::File;
 use std::io::BufReader;
@@ -133,6 +133,66 @@ enum Command {
         #[command(flatten)]
         engine: EngineArgs,
     },
+    /// A closed loop of router, index and mock engines over a trace: every routing policy side by
+    /// side (random, round-robin, least-loaded, exact KV-aware per layout, approximate KV-aware
+    /// with TTL and LRU retention; with `--features dynamo`, Dynamo's CRTC and approximate
+    /// indexer). Prints one table per offered load: each policy's hit rate, TTFT, imbalance,
+    /// index memory and decisions per second.
+    Route {
+        /// A Mooncake-format trace; without it a synthetic one of --shape is used.
+        #[arg(long)]
+        trace: Option<PathBuf>,
+        /// The synthetic trace's shape (ignored with --trace).
+        #[arg(long, value_enum, default_value_t = Shape::Conversation)]
+        shape: Shape,
+        /// Requests of the synthetic trace (ignored with --trace).
+        #[arg(long, default_value_t = 3000)]
+        requests: usize,
+        /// Workers (one mock engine each).
+        #[arg(long, default_value_t = 16)]
+        workers: u64,
+        /// KV block slots per engine.
+        #[arg(long, default_value_t = 4096)]
+        capacity: usize,
+        /// Tokens per KV block.
+        #[arg(long, default_value_t = 64)]
+        block_size: usize,
+        /// Prefill speed of an engine, tokens per second.
+        #[arg(long, default_value_t = 20_000.0)]
+        prefill_tokens_per_s: f64,
+        /// Decode speed of a request, tokens per second.
+        #[arg(long, default_value_t = 60.0)]
+        decode_tokens_per_s: f64,
+        /// How late the engines' events reach the router, milliseconds.
+        #[arg(long, default_value_t = 20.0)]
+        event_delay_ms: f64,
+        /// Offered loads, comma separated, as multiples of the trace's own rate.
+        #[arg(long, value_delimiter = ',', default_value = "1")]
+        loads: Vec<f64>,
+        /// Policies to run (names as in the table, comma separated); default: all.
+        #[arg(long, value_delimiter = ',')]
+        policies: Vec<String>,
+        /// Wall-clock pace of Dynamo's approximate indexer, times trace time (its TTL runs on
+        /// a real clock and is scaled down by the same factor).
+        #[arg(long, default_value_t = 200.0)]
+        dynamo_speed: f64,
+        /// Write route.md, route.json and route.svg here.
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
+    /// Write a synthetic trace in Mooncake's format.
+    Trace {
+        /// The shape to generate.
+        #[arg(long, value_enum)]
+        shape: Shape,
+        #[arg(long, default_value_t = 12_000)]
+        requests: usize,
+        #[arg(long, default_value_t = 42)]
+        seed: u64,
+        /// Where to write it (JSON Lines).
+        #[arg(long)]
+        out: PathBuf,
+    },
     /// Replay a workload file against every layout (or those named).
     Replay {
         #[arg(long)]
@@ -140,6 +200,30 @@ enum Command {
         #[command(flatten)]
         replay: ReplayArgs,
     },
+}
+
+/// Shapes of synthetic traces.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum Shape {
+    /// Mooncake's conversation trace: one shared first block, multi-turn histories.
+    Conversation,
+    /// Many users sharing a few long system prompts, short private tails.
+    SharedPrompts,
+}
+
+impl Shape {
+    fn generate(self, requests: usize, seed: u64) -> (Vec<trace::Request>, String) {
+        match self {
+            Shape::Conversation => (
+                trace::synthetic(requests, seed),
+                format!("synthetic conversation({requests}, seed {seed})"),
+            ),
+            Shape::SharedPrompts => (
+                trace::shared_prompts(requests, seed),
+                format!("synthetic shared-prompts({requests}, seed {seed})"),
+            ),
+        }
+    }
 }
 
 #[derive(Args, Debug, Clone)]
@@ -278,6 +362,72 @@ fn main_job(cli: &Cli) -> Result<(), String> {
     report::check_rejections(&reports)
 }
 
+#[allow(clippy::too_many_arguments)]
+fn route_job(
+    trace: &[trace::Request],
+    source: &str,
+    cfg: route::RouteConfig,
+    loads: &[f64],
+    names: &[String],
+    dynamo_speed: f64,
+    out: Option<&Path>,
+) -> Result<(), String> {
+    if let Some(bad) = loads.iter().find(|l| !(l.is_finite() && **l > 0.0)) {
+        return Err(format!("--loads: {bad} is not a positive load"));
+    }
+    let all = route::policies(dynamo_speed.max(1e-3));
+    for name in names {
+        if !all.iter().any(|p| &p.name == name) {
+            let known: Vec<&str> = all.iter().map(|p| p.name.as_str()).collect();
+            return Err(format!(
+                "unknown policy {name:?}; this build has: {}",
+                known.join(", ")
+            ));
+        }
+    }
+    let chosen: Vec<&route::PolicyFactory> = all
+        .iter()
+        .filter(|p| names.is_empty() || names.contains(&p.name))
+        .collect();
+    let requests = route::prepare(trace, cfg.block_size);
+    let limits = route::Limits {
+        infinite: route::infinite_cache_hit_rate(&requests),
+        pooled: route::pooled_cache_hit_rate(
+            &requests,
+            cfg.capacity_blocks.saturating_mul(cfg.workers as usize),
+        ),
+    };
+    eprintln!(
+        "routing {} requests of {source} over {} workers of {} blocks ({} policies, loads {loads:?})",
+        requests.len(),
+        cfg.workers,
+        cfg.capacity_blocks,
+        chosen.len()
+    );
+    let mut outcomes = Vec::new();
+    for &load in loads {
+        let cfg = route::RouteConfig {
+            load,
+            ..cfg.clone()
+        };
+        for factory in &chosen {
+            let bar = ProgressBar::new_spinner().with_prefix(factory.name.clone());
+            bar.set_style(
+                ProgressStyle::with_template("{prefix:>22} {spinner} {elapsed}").expect("template"),
+            );
+            bar.enable_steady_tick(std::time::Duration::from_millis(200));
+            outcomes.push(route::run(&requests, &cfg, factory));
+            bar.finish_and_clear();
+        }
+        println!("{}", route::table(&outcomes, load, limits));
+    }
+    if let Some(dir) = out {
+        route::write(&outcomes, loads, limits, &cfg, source, dir)?;
+        eprintln!("wrote {}/route.md, route.json, route.svg", dir.display());
+    }
+    Ok(())
+}
+
 fn run(cli: Cli) -> Result<(), String> {
     match &cli.command {
         None => main_job(&cli),
@@ -388,6 +538,58 @@ fn run(cli: Cli) -> Result<(), String> {
                 out: (!no_write).then(|| out.clone()),
             };
             compare::compare(&compare_cfg, &requests, &source, &cfg)
+        }
+        Some(Command::Route {
+            trace,
+            shape,
+            requests,
+            workers,
+            capacity,
+            block_size,
+            prefill_tokens_per_s,
+            decode_tokens_per_s,
+            event_delay_ms,
+            loads,
+            policies,
+            dynamo_speed,
+            out,
+        }) => {
+            let (trace, source) = match trace {
+                Some(path) => load_trace(Some(path), 0, 0)?,
+                None => shape.generate(*requests, 42),
+            };
+            let cfg = route::RouteConfig {
+                workers: (*workers).max(1),
+                capacity_blocks: *capacity,
+                block_size: (*block_size).max(1),
+                prefill_tokens_per_s: *prefill_tokens_per_s,
+                decode_tokens_per_s: *decode_tokens_per_s,
+                event_delay_us: (event_delay_ms * 1000.0) as u64,
+                ..route::RouteConfig::default()
+            };
+            route_job(
+                &trace,
+                &source,
+                cfg,
+                loads,
+                policies,
+                *dynamo_speed,
+                out.as_deref(),
+            )
+        }
+        Some(Command::Trace {
+            shape,
+            requests,
+            seed,
+            out,
+        }) => {
+            let (generated, source) = shape.generate(*requests, *seed);
+            let file =
+                File::create(out).map_err(|e| format!("cannot create {}: {e}", out.display()))?;
+            trace::write(&generated, std::io::BufWriter::new(file))
+                .map_err(|e| format!("writing {}: {e}", out.display()))?;
+            eprintln!("wrote {source} to {}", out.display());
+            Ok(())
         }
         Some(Command::Replay { workload, replay }) => {
             let file = File::open(workload)

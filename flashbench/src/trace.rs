@@ -2,7 +2,7 @@
 //! statistics (for the default run, which must work with no file at hand).
 
 use flash_indexer::testing::{GOLDEN, splitmix64};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use std::io::BufRead;
 
 /// Tokens each trace hash id stands for.
@@ -13,7 +13,7 @@ pub const TOKENS_PER_HASH_ID: usize = 512;
 pub const MAX_TOKENS: usize = 1 << 24;
 
 /// One request of a trace.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 pub struct Request {
     /// Milliseconds since the trace started.
     pub timestamp: u64,
@@ -147,6 +147,74 @@ pub fn synthetic(requests: usize, seed: u64) -> Vec<Request> {
     out
 }
 
+/// A trace of many users sharing a few long system prompts, the shape of an assistant fleet:
+/// 8 system prompts of 8 to 24 blocks (4k to 12k tokens), picked with Zipf-like popularity;
+/// 2,000 users, each on one prompt, each request resending the user's conversation so far (a
+/// private tail that grows by one or two blocks a turn and starts over after 16); arrivals about
+/// 8 a second. A request's hash ids: its prompt's, then its user's.
+pub fn shared_prompts(requests: usize, seed: u64) -> Vec<Request> {
+    let mut rng = Rng(seed ^ 0x5a4e_d9e0);
+    let mut next_id = 0u64;
+    let mut fresh = |n: usize| -> Vec<u64> {
+        let ids = (next_id..next_id + n as u64).collect();
+        next_id += n as u64;
+        ids
+    };
+    let prompts: Vec<Vec<u64>> = (0..8)
+        .map(|_| fresh(8 + (rng.next() % 17) as usize))
+        .collect();
+    // Zipf-like: prompt k is picked with weight 1 / (k + 1).
+    let weights: Vec<f64> = (0..prompts.len()).map(|k| 1.0 / (k + 1) as f64).collect();
+    let total: f64 = weights.iter().sum();
+    let users = 2_000usize;
+    let mut user_prompt = Vec::with_capacity(users);
+    for _ in 0..users {
+        let mut pick = rng.unit() * total;
+        let mut k = 0;
+        while k + 1 < weights.len() && pick >= weights[k] {
+            pick -= weights[k];
+            k += 1;
+        }
+        user_prompt.push(k);
+    }
+    let mut histories: Vec<Vec<u64>> = vec![Vec::new(); users];
+    let mut out = Vec::with_capacity(requests);
+    let mut t_ms = 0u64;
+    for _ in 0..requests {
+        t_ms += rng.next() % 250;
+        let user = (rng.next() % users as u64) as usize;
+        let history = &mut histories[user];
+        if history.len() >= 16 {
+            history.clear();
+        }
+        history.extend(fresh(1 + (rng.next() % 2) as usize));
+        let hash_ids: Vec<u64> = prompts[user_prompt[user]]
+            .iter()
+            .chain(history.iter())
+            .copied()
+            .collect();
+        let input_length = (hash_ids.len() - 1) * TOKENS_PER_HASH_ID
+            + 1
+            + (rng.next() % TOKENS_PER_HASH_ID as u64) as usize;
+        out.push(Request {
+            timestamp: t_ms,
+            input_length,
+            output_length: 100 + (rng.next() % 400) as usize,
+            hash_ids,
+        });
+    }
+    out
+}
+
+/// Writes `trace` in Mooncake's format, one JSON object a line.
+pub fn write(trace: &[Request], mut out: impl std::io::Write) -> std::io::Result<()> {
+    for request in trace {
+        serde_json::to_writer(&mut out, request)?;
+        out.write_all(b"\n")?;
+    }
+    out.flush()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -167,6 +235,23 @@ mod tests {
             error.contains("line 1: output_length 99999999999"),
             "{error}"
         );
+    }
+
+    #[test]
+    fn shared_prompts_trace_round_trips_and_shares_its_prompts() {
+        let trace = shared_prompts(500, 3);
+        let mut bytes = Vec::new();
+        write(&trace, &mut bytes).unwrap();
+        let back = read(bytes.as_slice()).unwrap();
+        assert_eq!(back.len(), 500);
+        assert!(
+            back.iter()
+                .zip(&trace)
+                .all(|(a, b)| a.hash_ids == b.hash_ids)
+        );
+        let firsts: std::collections::HashSet<u64> = trace.iter().map(|r| r.hash_ids[0]).collect();
+        assert!(firsts.len() <= 8, "{} distinct first blocks", firsts.len());
+        assert!(trace.iter().all(|r| r.hash_ids.len() >= 9));
     }
 
     #[test]
