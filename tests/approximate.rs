@@ -5,6 +5,7 @@
 use core::time::Duration;
 use flash_indexer::testing::{
     self, approx_case_strategy, approximate_case_on_every_layout, run_approximate_input,
+    scaled_cases,
 };
 use flash_indexer::{
     ApproximateIndex, ApproximateIndexer, Block, Event, KvIndex, LocalHash,
@@ -12,17 +13,8 @@ use flash_indexer::{
 };
 use proptest::prelude::*;
 
-fn cases(default: u32) -> u32 {
-    std::env::var("FLASH_DIFF_CASES")
-        .ok()
-        .and_then(|v| v.parse::<u32>().ok())
-        .map_or(default, |scale| {
-            (u64::from(default) * u64::from(scale) / 512).max(1) as u32
-        })
-}
-
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(cases(256)))]
+    #![proptest_config(ProptestConfig::with_cases(scaled_cases(256)))]
 
     #[test]
     fn every_layout_agrees_with_the_reference(case in approx_case_strategy()) {

@@ -6,16 +6,7 @@
 //! runs thousands, the default is a quick run.
 
 use flash_indexer::testing::{self, IndexFactory};
-use flash_indexer::testing::{Profile, agrees_with_reference_using};
-
-fn cases(default: u32) -> u32 {
-    std::env::var("FLASH_DIFF_CASES")
-        .ok()
-        .and_then(|v| v.parse::<u32>().ok())
-        .map_or(default, |scale| {
-            (u64::from(default) * u64::from(scale) / 512).max(1) as u32
-        })
-}
+use flash_indexer::testing::{Profile, agrees_with_reference_using, scaled_cases};
 
 /// Runs `profile` on every enabled layout; reports every layout that diverged.
 fn every_layout(profile: Profile) {
@@ -34,22 +25,22 @@ fn every_layout(profile: Profile) {
 
 #[test]
 fn adversarial() {
-    every_layout(Profile::adversarial().cases(cases(512)));
+    every_layout(Profile::adversarial().cases(scaled_cases(512)));
 }
 
 #[test]
 fn long_chains() {
-    every_layout(Profile::long_chains().cases(cases(12)));
+    every_layout(Profile::long_chains().cases(scaled_cases(12)));
 }
 
 #[test]
 fn many_workers() {
-    every_layout(Profile::many_workers().cases(cases(24)));
+    every_layout(Profile::many_workers().cases(scaled_cases(24)));
 }
 
 #[test]
 fn wide_sets() {
-    every_layout(Profile::wide_sets().cases(cases(16)));
+    every_layout(Profile::wide_sets().cases(scaled_cases(16)));
 }
 
 /// Jump sizes around and at the extremes: the search must be exact for every one of them.
@@ -64,12 +55,12 @@ mod positional_jumps {
 
     fn check_narrow(jump: u32) {
         let make = || Indexer::<NarrowPositionalMap>::with_jump(jump);
-        assert_agrees_with_reference_using(make, &Profile::adversarial().cases(cases(128)));
+        assert_agrees_with_reference_using(make, &Profile::adversarial().cases(scaled_cases(128)));
     }
 
     fn check(jump: u32) {
         let make = || Indexer::<PositionalMap>::with_jump(jump);
-        assert_agrees_with_reference_using(make, &Profile::adversarial().cases(cases(128)));
+        assert_agrees_with_reference_using(make, &Profile::adversarial().cases(scaled_cases(128)));
     }
 
     #[test]

@@ -380,7 +380,7 @@ pub fn generate(trace: &[Request], cfg: &EngineConfig, source: &str) -> Workload
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::trace::{Request, synthetic};
+    use crate::trace::{any_request, synthetic};
     use flash_indexer::{KvIndex, NaiveIndexer};
     use proptest::prelude::*;
 
@@ -420,31 +420,12 @@ mod tests {
         );
     }
 
-    /// A request of any shape the format allows: prompts shorter than a block, no hash ids, no
-    /// output, lengths that disagree with the hash ids, any timestamps (equal, unsorted).
-    fn request() -> impl Strategy<Value = Request> {
-        (
-            0u64..50,
-            0usize..3_000,
-            0usize..1_500,
-            proptest::collection::vec(0u64..12, 0..8),
-        )
-            .prop_map(
-                |(timestamp, input_length, output_length, hash_ids)| Request {
-                    timestamp,
-                    input_length,
-                    output_length,
-                    hash_ids,
-                },
-            )
-    }
-
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(64))]
 
         #[test]
         fn every_trace_shape_generates_a_workload_every_layout_replays(
-            trace in proptest::collection::vec(request(), 0..24),
+            trace in proptest::collection::vec(any_request(), 0..24),
             workers in 1u64..4,
             capacity_blocks in 1usize..64,
             block_size in prop_oneof![Just(1usize), Just(16), Just(64), Just(512)],

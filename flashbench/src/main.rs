@@ -148,15 +148,8 @@ enum Command {
         /// Requests of the synthetic trace (ignored with --trace).
         #[arg(long, default_value_t = 3000)]
         requests: usize,
-        /// Workers (one mock engine each).
-        #[arg(long, default_value_t = 16)]
-        workers: u64,
-        /// KV block slots per engine.
-        #[arg(long, default_value_t = 4096)]
-        capacity: usize,
-        /// Tokens per KV block.
-        #[arg(long, default_value_t = 64)]
-        block_size: usize,
+        #[command(flatten)]
+        fleet: FleetArgs,
         /// Prefill speed of an engine, tokens per second.
         #[arg(long, default_value_t = 20_000.0)]
         prefill_tokens_per_s: f64,
@@ -226,8 +219,9 @@ impl Shape {
     }
 }
 
+/// The mock fleet: how many engines, and their caches.
 #[derive(Args, Debug, Clone)]
-struct EngineArgs {
+struct FleetArgs {
     /// Workers (one mock engine each).
     #[arg(long, default_value_t = 16)]
     workers: u64,
@@ -237,6 +231,12 @@ struct EngineArgs {
     /// Tokens per KV block.
     #[arg(long, default_value_t = 64)]
     block_size: usize,
+}
+
+#[derive(Args, Debug, Clone)]
+struct EngineArgs {
+    #[command(flatten)]
+    fleet: FleetArgs,
     /// Seeds worker choice, synthetic tokens and opaque engine hashes.
     #[arg(long, default_value_t = 42)]
     seed: u64,
@@ -267,9 +267,9 @@ struct ReplayArgs {
 impl EngineArgs {
     fn config(&self) -> EngineConfig {
         EngineConfig {
-            workers: self.workers,
-            capacity_blocks: self.capacity,
-            block_size: self.block_size,
+            workers: self.fleet.workers,
+            capacity_blocks: self.fleet.capacity,
+            block_size: self.fleet.block_size,
             seed: self.seed,
             time_scale: self.time_scale,
             duplicate: self.duplicate,
@@ -543,9 +543,7 @@ fn run(cli: Cli) -> Result<(), String> {
             trace,
             shape,
             requests,
-            workers,
-            capacity,
-            block_size,
+            fleet,
             prefill_tokens_per_s,
             decode_tokens_per_s,
             event_delay_ms,
@@ -559,9 +557,9 @@ fn run(cli: Cli) -> Result<(), String> {
                 None => shape.generate(*requests, 42),
             };
             let cfg = route::RouteConfig {
-                workers: (*workers).max(1),
-                capacity_blocks: *capacity,
-                block_size: (*block_size).max(1),
+                workers: fleet.workers.max(1),
+                capacity_blocks: fleet.capacity,
+                block_size: fleet.block_size.max(1),
                 prefill_tokens_per_s: *prefill_tokens_per_s,
                 decode_tokens_per_s: *decode_tokens_per_s,
                 event_delay_us: (event_delay_ms * 1000.0) as u64,

@@ -215,6 +215,27 @@ pub fn write(trace: &[Request], mut out: impl std::io::Write) -> std::io::Result
     out.flush()
 }
 
+/// A request of any shape the format allows: prompts shorter than a block, no hash ids, no
+/// output, lengths that disagree with the hash ids, any timestamps (equal, unsorted).
+#[cfg(test)]
+pub(crate) fn any_request() -> impl proptest::strategy::Strategy<Value = Request> {
+    use proptest::prelude::*;
+    (
+        0u64..50,
+        0usize..3_000,
+        0usize..1_500,
+        proptest::collection::vec(0u64..12, 0..8),
+    )
+        .prop_map(
+            |(timestamp, input_length, output_length, hash_ids)| Request {
+                timestamp,
+                input_length,
+                output_length,
+                hash_ids,
+            },
+        )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -75,32 +75,73 @@ pub(crate) struct Predictions {
     exact: HashSet<Worker, RandomState>,
     /// Unpinned blocks of every worker by tick, when blocks expire with time (ticks and touch
     /// times grow together, so the front expires first).
-    expiry: BTreeMap<u64, (Worker, SeqHash)>,
+    expiry: Expiry,
     running: HashMap<u64, Running, RandomState>,
 }
 
-/// Lists an unpinned block in the eviction and expiry orders.
-fn list(
-    cache: &mut WorkerCache,
-    expiry: Option<&mut BTreeMap<u64, (Worker, SeqHash)>>,
-    worker: Worker,
-    seq: SeqHash,
-    tick: u64,
-) {
-    cache.lru.insert(tick, seq);
-    if let Some(expiry) = expiry {
-        expiry.insert(tick, (worker, seq));
-    }
-}
+/// Unpinned blocks of every worker by tick, for expiry.
+type Expiry = BTreeMap<u64, (Worker, SeqHash)>;
 
-fn unlist(
-    cache: &mut WorkerCache,
-    expiry: Option<&mut BTreeMap<u64, (Worker, SeqHash)>>,
-    tick: u64,
-) {
-    cache.lru.remove(&tick);
-    if let Some(expiry) = expiry {
-        expiry.remove(&tick);
+impl WorkerCache {
+    /// Lists an unpinned block in the eviction order (and the expiry order, if kept).
+    fn list(&mut self, expiry: Option<&mut Expiry>, worker: Worker, seq: SeqHash, tick: u64) {
+        self.lru.insert(tick, seq);
+        if let Some(expiry) = expiry {
+            expiry.insert(tick, (worker, seq));
+        }
+    }
+
+    fn unlist(&mut self, expiry: Option<&mut Expiry>, tick: u64) {
+        self.lru.remove(&tick);
+        if let Some(expiry) = expiry {
+            expiry.remove(&tick);
+        }
+    }
+
+    /// Adds `seq` with `pins` pins, touched at `at`.
+    fn insert(
+        &mut self,
+        expiry: Option<&mut Expiry>,
+        worker: Worker,
+        seq: SeqHash,
+        tick: u64,
+        at: Duration,
+        pins: u32,
+    ) {
+        self.blocks.insert(seq, Predicted { tick, at, pins });
+        if pins == 0 {
+            self.list(expiry, worker, seq, tick);
+        }
+    }
+
+    /// Gives `seq` a new tick and touch time and its pins as `pins` says, keeping the orders
+    /// (which list unpinned blocks only) in step. `false` if the worker does not hold it.
+    fn touch(
+        &mut self,
+        mut expiry: Option<&mut Expiry>,
+        worker: Worker,
+        seq: SeqHash,
+        tick: u64,
+        at: Duration,
+        pins: impl FnOnce(u32) -> u32,
+    ) -> bool {
+        let Some(block) = self.blocks.get(&seq) else {
+            return false;
+        };
+        let (old_tick, old_pins) = (block.tick, block.pins);
+        if old_pins == 0 {
+            self.unlist(expiry.as_deref_mut(), old_tick);
+        }
+        let block = self.blocks.get_mut(&seq).expect("just found");
+        *block = Predicted {
+            tick,
+            at,
+            pins: pins(old_pins),
+        };
+        if block.pins == 0 {
+            self.list(expiry, worker, seq, tick);
+        }
+        true
     }
 }
 
@@ -122,7 +163,7 @@ impl Predictions {
         self.retention
     }
 
-    fn expiry(&mut self) -> Option<&mut BTreeMap<u64, (Worker, SeqHash)>> {
+    fn expiry(&mut self) -> Option<&mut Expiry> {
         self.retention.ttl_limit().map(|_| &mut self.expiry)
     }
 
@@ -203,27 +244,16 @@ impl Predictions {
         let cache = self.workers.entry(worker).or_default();
 
         let mut held = 0;
-        while held < n {
-            let Some(block) = cache.blocks.get_mut(&seqs[held]) else {
-                break;
-            };
-            if block.pins == 0 {
-                let old = block.tick;
-                unlist(cache, expiry.as_deref_mut(), old);
-            }
-            let block = cache.blocks.get_mut(&seqs[held]).expect("just found");
-            block.tick = tick_of(held);
-            block.at = now;
-            block.pins += u32::from(pin);
-            if block.pins == 0 {
-                list(
-                    cache,
-                    expiry.as_deref_mut(),
-                    worker,
-                    seqs[held],
-                    tick_of(held),
-                );
-            }
+        while held < n
+            && cache.touch(
+                expiry.as_deref_mut(),
+                worker,
+                seqs[held],
+                tick_of(held),
+                now,
+                |p| p + u32::from(pin),
+            )
+        {
             held += 1;
         }
 
@@ -234,26 +264,22 @@ impl Predictions {
                 // Only blocks older than this request are victims: it never evicts itself.
                 match cache.lru.first_key_value() {
                     Some((&tick, &victim)) if tick < base => {
-                        unlist(cache, expiry.as_deref_mut(), tick);
+                        cache.unlist(expiry.as_deref_mut(), tick);
                         cache.blocks.remove(&victim);
                         evicted.push(victim);
                     }
                     _ => break,
                 }
             }
-            let tick = tick_of(held);
             let pins = u32::from(pin);
-            cache.blocks.insert(
+            cache.insert(
+                expiry.as_deref_mut(),
+                worker,
                 seqs[held],
-                Predicted {
-                    tick,
-                    at: now,
-                    pins,
-                },
+                tick_of(held),
+                now,
+                pins,
             );
-            if pins == 0 {
-                list(cache, expiry.as_deref_mut(), worker, seqs[held], tick);
-            }
             held += 1;
         }
 
@@ -290,22 +316,10 @@ impl Predictions {
             return;
         };
         for (i, seq) in run.seqs.iter().enumerate() {
-            let Some(block) = cache.blocks.get_mut(seq) else {
-                continue;
-            };
-            if block.pins == 0 {
-                // Only a hash collision inside one chain can leave a running block unpinned.
-                let old = block.tick;
-                unlist(cache, expiry.as_deref_mut(), old);
-            }
-            let block = cache.blocks.get_mut(seq).expect("just found");
             let tick = base + (n - 1 - i) as u64;
-            block.tick = tick;
-            block.at = now;
-            block.pins = block.pins.saturating_sub(1);
-            if block.pins == 0 {
-                list(cache, expiry.as_deref_mut(), run.worker, *seq, tick);
-            }
+            cache.touch(expiry.as_deref_mut(), run.worker, *seq, tick, now, |p| {
+                p.saturating_sub(1)
+            });
         }
     }
 

@@ -109,6 +109,13 @@ pub fn check_approximate(subject: &dyn ApproximateIndex, case: &ApproxCase) -> R
             seen.push(c.to_vec());
         }
     };
+    let apply_both = |event: &Event| {
+        let (a, b) = (subject.apply(event), reference.apply(event));
+        match a == b {
+            true => Ok(()),
+            false => Err(format!("apply: {a:?}, reference {b:?}")),
+        }
+    };
     for (at, step) in case.steps.iter().enumerate() {
         let fail = |what: String| Err(format!("step {at} ({step:?}): {what}"));
         match step {
@@ -149,9 +156,8 @@ pub fn check_approximate(subject: &dyn ApproximateIndex, case: &ApproxCase) -> R
                 let parent = from.checked_sub(1).map(|p| seqs[p]);
                 let blocks = (from..c.len()).map(|i| Block::new(c[i], seqs[i])).collect();
                 let event = Event::stored(worker(*w), 0, parent, blocks);
-                let (a, b) = (subject.apply(&event), reference.apply(&event));
-                if a != b {
-                    return fail(format!("apply: {a:?}, reference {b:?}"));
+                if let Err(what) = apply_both(&event) {
+                    return fail(what);
                 }
             }
             ApproxStep::Remove {
@@ -167,16 +173,14 @@ pub fn check_approximate(subject: &dyn ApproximateIndex, case: &ApproxCase) -> R
                     .into_iter()
                     .collect();
                 let event = Event::removed(worker(*w), 0, blocks);
-                let (a, b) = (subject.apply(&event), reference.apply(&event));
-                if a != b {
-                    return fail(format!("apply: {a:?}, reference {b:?}"));
+                if let Err(what) = apply_both(&event) {
+                    return fail(what);
                 }
             }
             ApproxStep::Clear { worker: w } => {
                 let event = Event::cleared(worker(*w), 0);
-                let (a, b) = (subject.apply(&event), reference.apply(&event));
-                if a != b {
-                    return fail(format!("apply: {a:?}, reference {b:?}"));
+                if let Err(what) = apply_both(&event) {
+                    return fail(what);
                 }
             }
             ApproxStep::RemoveWorker {

@@ -52,7 +52,7 @@ pub use levers::ChildProbe;
 pub use levers::{CanonicalRoll, CoverSets};
 pub use runner::{
     Profile, agrees_with_reference, agrees_with_reference_using, assert_agrees_with_reference,
-    assert_agrees_with_reference_using,
+    assert_agrees_with_reference_using, scaled_cases,
 };
 pub use step::{Step, step_strategy, steps_strategy};
 pub use universe::Universe;

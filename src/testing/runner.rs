@@ -6,6 +6,18 @@ use super::universe::Universe;
 use crate::index::KvIndex;
 use proptest::test_runner::{Config, TestCaseError, TestError, TestRunner};
 
+/// `default` cases, scaled by the `FLASH_DIFF_CASES` environment variable: its value counts
+/// against 512 (the adversarial profile's default), so `FLASH_DIFF_CASES=8192` runs 16 times
+/// `default`. Suites read it so that CI can lengthen every differential run with one variable.
+pub fn scaled_cases(default: u32) -> u32 {
+    std::env::var("FLASH_DIFF_CASES")
+        .ok()
+        .and_then(|v| v.parse::<u32>().ok())
+        .map_or(default, |scale| {
+            (u64::from(default) * u64::from(scale) / 512).max(1) as u32
+        })
+}
+
 /// How the harness generates cases: universe size and number of cases.
 #[derive(Clone, Debug)]
 pub struct Profile {

@@ -388,7 +388,7 @@ pub fn run(requests: &[Prepared<'_>], cfg: &RouteConfig, factory: &PolicyFactory
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::trace::{Request as TraceRequest, shared_prompts, synthetic};
+    use crate::trace::{Request as TraceRequest, any_request, shared_prompts, synthetic};
     use proptest::prelude::*;
 
     fn outcomes(trace: &[TraceRequest], cfg: &RouteConfig) -> Vec<Outcome> {
@@ -436,30 +436,13 @@ mod tests {
         }
     }
 
-    fn request() -> impl Strategy<Value = TraceRequest> {
-        (
-            0u64..50,
-            0usize..3_000,
-            0usize..1_500,
-            proptest::collection::vec(0u64..12, 0..8),
-        )
-            .prop_map(
-                |(timestamp, input_length, output_length, hash_ids)| TraceRequest {
-                    timestamp,
-                    input_length,
-                    output_length,
-                    hash_ids,
-                },
-            )
-    }
-
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(32))]
 
         /// Every trace shape the format allows runs under every policy, with hit rates in [0, 1].
         #[test]
         fn every_trace_shape_routes(
-            trace in proptest::collection::vec(request(), 0..24),
+            trace in proptest::collection::vec(any_request(), 0..24),
             workers in 1u64..4,
             capacity_blocks in 0usize..64,
             block_size in prop_oneof![Just(1usize), Just(16), Just(64), Just(512)],
