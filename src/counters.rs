@@ -18,6 +18,13 @@ macro_rules! counters {
             $($(#[$doc])* pub $name: u64,)*
         }
 
+        impl $stats {
+            /// Every counter with its name, in declaration order (for metrics and bindings).
+            pub fn named(&self) -> Vec<(&'static str, u64)> {
+                vec![$((stringify!($name), self.$name),)*]
+            }
+        }
+
         #[derive(Debug, Default)]
         pub(crate) struct $counters {
             $(pub(crate) $name: $crate::sync::atomic::AtomicU64,)*

@@ -1,0 +1,133 @@
+"""flash_indexer: the exact KV-cache index of a fleet of LLM inference workers.
+
+A router asks which worker caches the longest prefix of a request; engines' KV events keep the
+index current. Workers are ``(worker_id, dp_rank)`` tuples (a bare ``worker_id`` means rank 0);
+hashes are unsigned 64-bit integers. Every call that does work releases the GIL.
+"""
+
+from typing import Dict, List, Literal, Optional, Sequence, Tuple, Union
+
+__version__: str
+
+Worker = Union[Tuple[int, int], int]
+Scores = Dict[Tuple[int, int], int]
+DumpedEvent = Union[
+    Tuple[Literal["stored"], Tuple[int, int], Optional[int], List[Tuple[int, int]]],
+    Tuple[Literal["removed"], Tuple[int, int], List[int]],
+    Tuple[Literal["cleared"], Tuple[int, int]],
+]
+
+def local_hashes(
+    tokens: Sequence[int],
+    block_size: int,
+    salt: Optional[str] = None,
+    lora_name: Optional[str] = None,
+) -> List[int]:
+    """Local hashes of the full blocks of ``tokens``, bit-compatible with Dynamo's
+    ``compute_block_hash_for_seq`` (``salt`` is Dynamo's cache namespace). A trailing partial
+    block is dropped. Raises ValueError for ``block_size`` 0."""
+
+def seq_hashes(local_hashes: Sequence[int]) -> List[int]:
+    """Dynamo's sequence hashes of a chain of local hashes."""
+
+class Index:
+    """The index of a fleet, exact from engines' events; with ``approximate``, also predicted
+    from routing decisions for workers that publish no events.
+
+    ``layout``: ``"positional"`` (default), ``"array"`` or ``"radix"``. ``approximate``:
+    ``"ttl"`` (predictions live ``ttl_seconds`` after their last routing, default 120) or
+    ``"lru"`` (an LRU model of ``capacity_blocks`` per worker, running requests pinned until
+    ``release``). A worker's first event makes it exact and drops its predictions.
+    """
+
+    def __init__(
+        self,
+        layout: Literal["positional", "array", "radix"] = "positional",
+        approximate: Optional[Literal["ttl", "lru"]] = None,
+        ttl_seconds: Optional[float] = None,
+        capacity_blocks: Optional[int] = None,
+    ) -> None: ...
+    @property
+    def layout(self) -> str: ...
+    def apply_stored(
+        self, worker: Worker, parent: Optional[int], blocks: Sequence[Tuple[int, int]]
+    ) -> None:
+        """``worker`` stored ``blocks`` (``(local_hash, seq_hash)`` pairs) after ``parent``.
+        Raises ValueError, changing nothing, for an unknown parent, a repeated block or a
+        conflicting one."""
+    def apply_removed(self, worker: Worker, seq_hashes: Sequence[int]) -> List[int]:
+        """``worker`` evicted ``seq_hashes``; returns those it did not hold (ignored)."""
+    def apply_cleared(self, worker: Worker) -> None:
+        """``worker`` (that rank) dropped every block."""
+    def apply_engine_batch(
+        self, worker_id: int, data: bytes, engine: Literal["vllm", "sglang"] = "vllm"
+    ) -> Dict[str, int]:
+        """A msgpack batch as a vLLM or SGLang engine publishes it over ZeroMQ. Returns
+        ``{"applied", "rejected", "filtered"}`` counts. Raises ValueError for bytes that do not
+        decode."""
+    def find_matches(self, local_hashes: Sequence[int]) -> Scores:
+        """``{(worker_id, dp_rank): depth}`` for every worker matching the chain."""
+    def find_matches_for_tokens(
+        self,
+        tokens: Sequence[int],
+        block_size: int,
+        salt: Optional[str] = None,
+        lora_name: Optional[str] = None,
+    ) -> Scores:
+        """``find_matches`` of ``local_hashes(tokens, block_size, salt, lora_name)``."""
+    def best(self, local_hashes: Sequence[int]) -> Optional[Tuple[Tuple[int, int], int]]:
+        """The deepest match, ``((worker_id, dp_rank), depth)``, or None."""
+    def remove_worker(self, worker_id: int) -> None: ...
+    def remove_worker_dp_rank(self, worker: Worker) -> None: ...
+    def block_count(self, worker: Worker) -> int:
+        """Blocks ``worker`` holds, reachable or not."""
+    def dump(self) -> List[DumpedEvent]:
+        """Events that rebuild the index's answers."""
+    def record_routing(self, worker: Worker, local_hashes: Sequence[int], now: float) -> int:
+        """Approximate mode: a request with this prompt went to ``worker`` at ``now`` (seconds).
+        Returns a ticket for ``release``. RuntimeError on an exact Index."""
+    def release(self, ticket: int, now: float) -> None:
+        """Approximate mode: the request of ``ticket`` finished."""
+    def expire(self, now: float) -> None:
+        """Approximate mode: drop predictions whose time to live has passed."""
+
+class OverlapScores:
+    """``RadixTree.find_matches``'s result, shaped as Dynamo's."""
+
+    @property
+    def scores(self) -> Dict[Tuple[int, int], int]: ...
+    @property
+    def frequencies(self) -> List[int]:
+        """Always empty: access frequencies are not tracked."""
+
+class RadixTree:
+    """A drop-in for ``dynamo._core.RadixTree``: the same methods, JSON event bytes and result
+    shape, over any layout."""
+
+    def __init__(self, layout: Literal["positional", "array", "radix"] = "positional") -> None: ...
+    def find_matches(self, sequence: List[int], early_exit: bool = False) -> OverlapScores: ...
+    def apply_event(self, worker_id: int, kv_cache_event_bytes: bytes) -> None:
+        """Raises ValueError for bytes that are not a KvCacheEvent, RuntimeError for an event
+        the index refuses."""
+    def remove_worker(self, worker_id: int) -> None: ...
+    def clear_all_blocks(self, worker_id: int) -> None: ...
+    def dump_tree_as_events(self) -> List[str]: ...
+
+class Subscriber:
+    """ZeroMQ ingest of vLLM/SGLang engines on threads of its own, feeding ``index``.
+
+    Each engine: ``{"events": "tcp://host:5557", "worker_id": 1}`` with optional ``"replay"``,
+    ``"dp_rank"`` and ``"bind"``."""
+
+    def __init__(
+        self,
+        index: Index,
+        engines: List[Dict[str, Union[str, int, bool]]],
+        engine: Literal["vllm", "sglang"] = "vllm",
+    ) -> None: ...
+    def stats(self) -> Dict[str, Union[int, Optional[str]]]: ...
+    def flush(self) -> None:
+        """Waits until everything received so far is applied."""
+    def close(self) -> None: ...
+    def __enter__(self) -> "Subscriber": ...
+    def __exit__(self, *args: object) -> None: ...

@@ -1,0 +1,34 @@
+//! Python values to the crate's types and back.
+
+use flash_indexer::{EventError, OverlapScores, Worker};
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyTuple};
+
+/// A worker as Python passes it: `(worker_id, dp_rank)`, or a bare `worker_id` (rank 0).
+pub(crate) fn worker(value: &Bound<'_, PyAny>) -> PyResult<Worker> {
+    if let Ok(tuple) = value.cast::<PyTuple>() {
+        let (id, rank): (u64, u32) = tuple.extract().map_err(|_| {
+            PyValueError::new_err("a worker is (worker_id, dp_rank): two non-negative integers")
+        })?;
+        return Ok(Worker::new(id, rank));
+    }
+    let id: u64 = value.extract().map_err(|_| {
+        PyValueError::new_err("a worker is (worker_id, dp_rank) or a non-negative worker_id")
+    })?;
+    Ok(Worker::new(id, 0))
+}
+
+/// Scores as `{(worker_id, dp_rank): depth}`.
+pub(crate) fn scores<'py>(py: Python<'py>, scores: &OverlapScores) -> PyResult<Bound<'py, PyDict>> {
+    let dict = PyDict::new(py);
+    for (w, depth) in scores.iter() {
+        dict.set_item((w.id, w.dp_rank), depth)?;
+    }
+    Ok(dict)
+}
+
+/// An event the index refused, as the `ValueError` the crate's message explains.
+pub(crate) fn event_error(error: EventError) -> PyErr {
+    PyValueError::new_err(error.to_string())
+}

@@ -1,0 +1,363 @@
+//! `Index`: any layout of the crate, or approximate mode, behind one Python class.
+
+use crate::convert::{event_error, scores};
+use crate::hashing::hash_tokens;
+use flash_indexer::ingest::{Engine, EventMapper, MapConfig, decode_batch};
+use flash_indexer::{
+    ApproximateIndexer, ArrayIndexer, Block, Event, EventError, EventKind, KvIndex, LocalHash,
+    PositionalIndexer, RadixIndexer, Retention, Routed, SeqHash,
+};
+use pyo3::exceptions::{PyRuntimeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyList};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// The layouts `Index(layout=...)` accepts.
+pub(crate) const LAYOUTS: [&str; 3] = ["positional", "array", "radix"];
+
+/// An empty index of the layout `name`.
+pub(crate) fn make_layout(name: &str) -> PyResult<Box<dyn KvIndex>> {
+    Ok(match name {
+        "positional" => Box::new(PositionalIndexer::default()),
+        "array" => Box::new(ArrayIndexer::default()),
+        "radix" => Box::new(RadixIndexer::default()),
+        other => {
+            return Err(PyValueError::new_err(format!(
+                "unknown layout {other:?}; one of {LAYOUTS:?}"
+            )));
+        }
+    })
+}
+
+type Approximate = ApproximateIndexer<Box<dyn KvIndex>>;
+
+/// The exact KV-cache index of a fleet: engines' events in, each worker's cached prefix depth
+/// out.
+///
+/// `Index(layout="positional" | "array" | "radix")` indexes the events it is given exactly.
+/// `Index(approximate="ttl" | "lru", ...)` also predicts the caches of workers that publish no
+/// events from `record_routing`: blocks live `ttl_seconds` after they were last routed to
+/// (default 120), or follow an LRU model of `capacity_blocks` per worker with running requests
+/// pinned until `release`. A worker's first event makes it exact.
+///
+/// Workers are `(worker_id, dp_rank)` tuples (a bare `worker_id` means rank 0). Hashes are
+/// unsigned 64-bit integers. Every method that does work releases the GIL.
+#[pyclass(module = "flash_indexer", frozen)]
+pub struct Index {
+    pub(crate) index: Arc<dyn KvIndex>,
+    approximate: Option<Arc<Approximate>>,
+    layout: String,
+    routed: Mutex<HashMap<u64, Routed>>,
+    next_ticket: Mutex<u64>,
+}
+
+fn blocks_of(blocks: Vec<(u64, u64)>) -> Vec<Block> {
+    blocks
+        .into_iter()
+        .map(|(local, seq)| Block::new(LocalHash(local), SeqHash(seq)))
+        .collect()
+}
+
+fn seconds(now: f64) -> PyResult<Duration> {
+    Duration::try_from_secs_f64(now)
+        .map_err(|_| PyValueError::new_err(format!("now must be non-negative seconds, not {now}")))
+}
+
+impl Index {
+    fn apply(&self, py: Python<'_>, event: Event) -> PyResult<Vec<u64>> {
+        let index = &self.index;
+        match py.detach(|| index.apply(&event)) {
+            Ok(()) => Ok(Vec::new()),
+            Err(EventError::UnknownBlocks { missing }) => {
+                Ok(missing.into_iter().map(|s| s.0).collect())
+            }
+            Err(error) => Err(event_error(error)),
+        }
+    }
+
+    fn approximate(&self) -> PyResult<&Approximate> {
+        self.approximate.as_deref().ok_or_else(|| {
+            PyRuntimeError::new_err("an exact Index has no routing decisions: build it with approximate=\"ttl\" or \"lru\"")
+        })
+    }
+}
+
+#[pymethods]
+impl Index {
+    #[new]
+    #[pyo3(signature = (layout="positional", approximate=None, ttl_seconds=None, capacity_blocks=None))]
+    fn new(
+        layout: &str,
+        approximate: Option<&str>,
+        ttl_seconds: Option<f64>,
+        capacity_blocks: Option<usize>,
+    ) -> PyResult<Self> {
+        let inner = make_layout(layout)?;
+        let ttl = ttl_seconds.map(seconds).transpose()?;
+        let retention = match approximate {
+            None if ttl.is_some() || capacity_blocks.is_some() => {
+                return Err(PyValueError::new_err(
+                    "ttl_seconds and capacity_blocks are for approximate=\"ttl\" or \"lru\"",
+                ));
+            }
+            None => None,
+            Some("ttl") => {
+                let retention = Retention::ttl(ttl.unwrap_or(Retention::DEFAULT_TTL));
+                Some(match capacity_blocks {
+                    Some(blocks) => retention.with_capacity(blocks),
+                    None => retention,
+                })
+            }
+            Some("lru") => {
+                let blocks = capacity_blocks.ok_or_else(|| {
+                    PyValueError::new_err("approximate=\"lru\" needs capacity_blocks per worker")
+                })?;
+                let retention = Retention::lru(blocks);
+                Some(match ttl {
+                    Some(ttl) => retention.with_ttl(ttl),
+                    None => retention,
+                })
+            }
+            Some(other) => {
+                return Err(PyValueError::new_err(format!(
+                    "unknown approximate mode {other:?}; \"ttl\" or \"lru\""
+                )));
+            }
+        };
+        let (index, approximate): (Arc<dyn KvIndex>, _) = match retention {
+            Some(retention) => {
+                let approximate = Arc::new(ApproximateIndexer::with_index(inner, retention));
+                (approximate.clone(), Some(approximate))
+            }
+            None => (Arc::from(inner), None),
+        };
+        Ok(Self {
+            index,
+            approximate,
+            layout: layout.to_owned(),
+            routed: Mutex::default(),
+            next_ticket: Mutex::new(0),
+        })
+    }
+
+    /// The layout's name.
+    #[getter]
+    fn layout(&self) -> &str {
+        &self.layout
+    }
+
+    /// `worker` stored `blocks`, a list of `(local_hash, seq_hash)`, continuing `parent` (a seq
+    /// hash it holds, or None). Raises ValueError, changing nothing, for an unknown parent, a
+    /// repeated block or a conflict.
+    #[pyo3(signature = (worker, parent, blocks))]
+    fn apply_stored(
+        &self,
+        py: Python<'_>,
+        worker: &Bound<'_, PyAny>,
+        parent: Option<u64>,
+        blocks: Vec<(u64, u64)>,
+    ) -> PyResult<()> {
+        let event = Event::stored(
+            crate::convert::worker(worker)?,
+            0,
+            parent.map(SeqHash),
+            blocks_of(blocks),
+        );
+        self.apply(py, event).map(drop)
+    }
+
+    /// `worker` evicted the blocks `seq_hashes`. Returns those it did not hold (ignored; the
+    /// rest were removed).
+    fn apply_removed(
+        &self,
+        py: Python<'_>,
+        worker: &Bound<'_, PyAny>,
+        seq_hashes: Vec<u64>,
+    ) -> PyResult<Vec<u64>> {
+        let seqs = seq_hashes.into_iter().map(SeqHash).collect();
+        self.apply(py, Event::removed(crate::convert::worker(worker)?, 0, seqs))
+    }
+
+    /// `worker` (that rank only) dropped every block.
+    fn apply_cleared(&self, py: Python<'_>, worker: &Bound<'_, PyAny>) -> PyResult<()> {
+        self.apply(py, Event::cleared(crate::convert::worker(worker)?, 0))
+            .map(drop)
+    }
+
+    /// A batch of KV events exactly as a vLLM or SGLang engine publishes it over ZeroMQ
+    /// (msgpack), from the engine `worker_id` (ranks from the batch). Returns
+    /// `{"applied", "rejected", "filtered"}` event counts. Raises ValueError for bytes that do
+    /// not decode (nothing applied).
+    #[pyo3(signature = (worker_id, data, engine="vllm"))]
+    fn apply_engine_batch<'py>(
+        &self,
+        py: Python<'py>,
+        worker_id: u64,
+        data: Vec<u8>,
+        engine: &str,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let engine = match engine {
+            "vllm" => Engine::Vllm,
+            "sglang" => Engine::Sglang,
+            other => {
+                return Err(PyValueError::new_err(format!(
+                    "unknown engine {other:?}; \"vllm\" or \"sglang\""
+                )));
+            }
+        };
+        let index = &self.index;
+        let (applied, rejected, filtered) = py.detach(|| {
+            let batch = decode_batch(&data, engine).map_err(|e| e.to_string())?;
+            let mapped = EventMapper::new(worker_id, MapConfig::default()).map(&batch, 0);
+            let mut applied = 0;
+            let mut rejected = mapped.rejected.len();
+            for event in &mapped.events {
+                match index.apply(event) {
+                    Ok(()) => applied += 1,
+                    Err(e) if e.is_warning() => applied += 1,
+                    Err(_) => rejected += 1,
+                }
+            }
+            Ok::<_, String>((applied, rejected, mapped.filtered))
+        })
+        .map_err(PyValueError::new_err)?;
+        let out = PyDict::new(py);
+        out.set_item("applied", applied)?;
+        out.set_item("rejected", rejected)?;
+        out.set_item("filtered", filtered)?;
+        Ok(out)
+    }
+
+    /// How deep each worker matches the chain `local_hashes`: `{(worker_id, dp_rank): depth}`,
+    /// workers with depth 0 left out.
+    fn find_matches<'py>(
+        &self,
+        py: Python<'py>,
+        local_hashes: Vec<u64>,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let query: Vec<LocalHash> = local_hashes.into_iter().map(LocalHash).collect();
+        let index = &self.index;
+        let found = py.detach(|| index.find_matches(&query));
+        scores(py, &found)
+    }
+
+    /// `find_matches` of the local hashes of `tokens` (see `local_hashes`).
+    #[pyo3(signature = (tokens, block_size, salt=None, lora_name=None))]
+    fn find_matches_for_tokens<'py>(
+        &self,
+        py: Python<'py>,
+        tokens: Vec<u32>,
+        block_size: usize,
+        salt: Option<String>,
+        lora_name: Option<String>,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let query = hash_tokens(py, &tokens, block_size, salt.as_deref(), lora_name.as_deref())?;
+        let index = &self.index;
+        let found = py.detach(|| index.find_matches(&query));
+        scores(py, &found)
+    }
+
+    /// The deepest match of `local_hashes`: `((worker_id, dp_rank), depth)`, or None.
+    fn best(&self, py: Python<'_>, local_hashes: Vec<u64>) -> Option<((u64, u32), u32)> {
+        let query: Vec<LocalHash> = local_hashes.into_iter().map(LocalHash).collect();
+        let index = &self.index;
+        py.detach(|| index.find_matches(&query).best())
+            .map(|(w, depth)| ((w.id, w.dp_rank), depth))
+    }
+
+    /// Drops every worker with `worker_id`, all ranks.
+    fn remove_worker(&self, py: Python<'_>, worker_id: u64) {
+        let index = &self.index;
+        py.detach(|| index.remove_worker(worker_id));
+    }
+
+    /// Drops one worker: `(worker_id, dp_rank)`.
+    fn remove_worker_dp_rank(&self, py: Python<'_>, worker: &Bound<'_, PyAny>) -> PyResult<()> {
+        let w = crate::convert::worker(worker)?;
+        let index = &self.index;
+        py.detach(|| index.remove_worker_dp_rank(w));
+        Ok(())
+    }
+
+    /// Blocks `worker` holds, reachable or not.
+    fn block_count(&self, py: Python<'_>, worker: &Bound<'_, PyAny>) -> PyResult<usize> {
+        let w = crate::convert::worker(worker)?;
+        let index = &self.index;
+        Ok(py.detach(|| index.block_count(w)))
+    }
+
+    /// Events that rebuild the index's answers: a list of `("stored", worker, parent,
+    /// [(local, seq), ...])`, `("removed", worker, [seq, ...])` and `("cleared", worker)`.
+    fn dump<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        let index = &self.index;
+        let events = py.detach(|| index.dump());
+        let out = PyList::empty(py);
+        for event in events {
+            let w = (event.worker.id, event.worker.dp_rank);
+            match event.kind {
+                EventKind::Stored { parent, blocks } => {
+                    let blocks: Vec<(u64, u64)> =
+                        blocks.iter().map(|b| (b.local.0, b.seq.0)).collect();
+                    out.append(("stored", w, parent.map(|p| p.0), blocks))?
+                }
+                EventKind::Removed { blocks } => {
+                    let seqs: Vec<u64> = blocks.iter().map(|s| s.0).collect();
+                    out.append(("removed", w, seqs))?
+                }
+                EventKind::Cleared => out.append(("cleared", w))?,
+            }
+        }
+        Ok(out)
+    }
+
+    /// Approximate mode: the router sent a request with prompt `local_hashes` to `worker` at
+    /// `now` (seconds since any origin you keep). Returns a ticket for `release`.
+    fn record_routing(
+        &self,
+        py: Python<'_>,
+        worker: &Bound<'_, PyAny>,
+        local_hashes: Vec<u64>,
+        now: f64,
+    ) -> PyResult<u64> {
+        let approximate = self.approximate()?;
+        let (w, now) = (crate::convert::worker(worker)?, seconds(now)?);
+        let locals: Vec<LocalHash> = local_hashes.into_iter().map(LocalHash).collect();
+        let routed = py.detach(|| approximate.record_routing(w, &locals, now));
+        let mut next = self.next_ticket.lock().expect("never poisoned");
+        let ticket = *next;
+        *next += 1;
+        if approximate.retention().pins_running() {
+            self.routed.lock().expect("never poisoned").insert(ticket, routed);
+        }
+        Ok(ticket)
+    }
+
+    /// Approximate mode: the request of `ticket` finished at `now`. Unknown tickets are ignored.
+    fn release(&self, py: Python<'_>, ticket: u64, now: f64) -> PyResult<()> {
+        let approximate = self.approximate()?;
+        let now = seconds(now)?;
+        let routed = self.routed.lock().expect("never poisoned").remove(&ticket);
+        if let Some(routed) = routed {
+            py.detach(|| approximate.release(routed, now));
+        }
+        Ok(())
+    }
+
+    /// Approximate mode: expire predictions whose time to live has passed at `now`.
+    fn expire(&self, py: Python<'_>, now: f64) -> PyResult<()> {
+        let approximate = self.approximate()?;
+        let now = seconds(now)?;
+        py.detach(|| approximate.expire(now));
+        Ok(())
+    }
+
+    fn __repr__(&self) -> String {
+        match &self.approximate {
+            Some(a) => format!("Index(layout={:?}, approximate={:?})", self.layout, a.retention()),
+            None => format!("Index(layout={:?})", self.layout),
+        }
+    }
+}
+
