@@ -3,7 +3,8 @@
 use flash_indexer::{EventError, OverlapScores, Worker};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyTuple};
+use flash_indexer::LocalHash;
+use pyo3::types::{PyDict, PyList, PyTuple};
 
 /// A worker as Python passes it: `(worker_id, dp_rank)`, or a bare `worker_id` (rank 0).
 pub(crate) fn worker(value: &Bound<'_, PyAny>) -> PyResult<Worker> {
@@ -31,4 +32,23 @@ pub(crate) fn scores<'py>(py: Python<'py>, scores: &OverlapScores) -> PyResult<B
 /// An event the index refused, as the `ValueError` the crate's message explains.
 pub(crate) fn event_error(error: EventError) -> PyErr {
     PyValueError::new_err(error.to_string())
+}
+
+/// A chain of local hashes from a Python list (read item by item: the limited API has no faster
+/// path) or any other sequence of integers.
+pub(crate) fn local_hashes(value: &Bound<'_, PyAny>) -> PyResult<Vec<LocalHash>> {
+    match value.cast::<PyList>() {
+        Ok(list) => {
+            let mut out = Vec::with_capacity(list.len());
+            for item in list.iter() {
+                out.push(LocalHash(item.extract()?));
+            }
+            Ok(out)
+        }
+        Err(_) => Ok(value
+            .extract::<Vec<u64>>()?
+            .into_iter()
+            .map(LocalHash)
+            .collect()),
+    }
 }

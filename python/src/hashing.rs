@@ -17,10 +17,16 @@ pub(crate) fn local_hashes(
     salt: Option<String>,
     lora_name: Option<String>,
 ) -> PyResult<Vec<u64>> {
-    Ok(hash_tokens(py, &tokens, block_size, salt.as_deref(), lora_name.as_deref())?
-        .into_iter()
-        .map(|l| l.0)
-        .collect())
+    Ok(hash_tokens(
+        py,
+        &tokens,
+        block_size,
+        salt.as_deref(),
+        lora_name.as_deref(),
+    )?
+    .into_iter()
+    .map(|l| l.0)
+    .collect())
 }
 
 /// Dynamo's sequence hashes of a chain of local hashes (`compute_seq_hash_for_block`).

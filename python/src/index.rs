@@ -208,21 +208,22 @@ impl Index {
             }
         };
         let index = &self.index;
-        let (applied, rejected, filtered) = py.detach(|| {
-            let batch = decode_batch(&data, engine).map_err(|e| e.to_string())?;
-            let mapped = EventMapper::new(worker_id, MapConfig::default()).map(&batch, 0);
-            let mut applied = 0;
-            let mut rejected = mapped.rejected.len();
-            for event in &mapped.events {
-                match index.apply(event) {
-                    Ok(()) => applied += 1,
-                    Err(e) if e.is_warning() => applied += 1,
-                    Err(_) => rejected += 1,
+        let (applied, rejected, filtered) = py
+            .detach(|| {
+                let batch = decode_batch(&data, engine).map_err(|e| e.to_string())?;
+                let mapped = EventMapper::new(worker_id, MapConfig::default()).map(&batch, 0);
+                let mut applied = 0;
+                let mut rejected = mapped.rejected.len();
+                for event in &mapped.events {
+                    match index.apply(event) {
+                        Ok(()) => applied += 1,
+                        Err(e) if e.is_warning() => applied += 1,
+                        Err(_) => rejected += 1,
+                    }
                 }
-            }
-            Ok::<_, String>((applied, rejected, mapped.filtered))
-        })
-        .map_err(PyValueError::new_err)?;
+                Ok::<_, String>((applied, rejected, mapped.filtered))
+            })
+            .map_err(PyValueError::new_err)?;
         let out = PyDict::new(py);
         out.set_item("applied", applied)?;
         out.set_item("rejected", rejected)?;
@@ -253,7 +254,13 @@ impl Index {
         salt: Option<String>,
         lora_name: Option<String>,
     ) -> PyResult<Bound<'py, PyDict>> {
-        let query = hash_tokens(py, &tokens, block_size, salt.as_deref(), lora_name.as_deref())?;
+        let query = hash_tokens(
+            py,
+            &tokens,
+            block_size,
+            salt.as_deref(),
+            lora_name.as_deref(),
+        )?;
         let index = &self.index;
         let found = py.detach(|| index.find_matches(&query));
         scores(py, &found)
@@ -329,7 +336,10 @@ impl Index {
         let ticket = *next;
         *next += 1;
         if approximate.retention().pins_running() {
-            self.routed.lock().expect("never poisoned").insert(ticket, routed);
+            self.routed
+                .lock()
+                .expect("never poisoned")
+                .insert(ticket, routed);
         }
         Ok(ticket)
     }
@@ -355,9 +365,12 @@ impl Index {
 
     fn __repr__(&self) -> String {
         match &self.approximate {
-            Some(a) => format!("Index(layout={:?}, approximate={:?})", self.layout, a.retention()),
+            Some(a) => format!(
+                "Index(layout={:?}, approximate={:?})",
+                self.layout,
+                a.retention()
+            ),
             None => format!("Index(layout={:?})", self.layout),
         }
     }
 }
-

@@ -11,6 +11,7 @@ use crate::index::make_layout;
 use flash_indexer::{Block, Event, EventError, KvIndex, LocalHash, SeqHash, Worker};
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyList};
 use serde::Deserialize;
 
@@ -52,17 +53,28 @@ struct RemoveData {
 /// The result of `RadixTree.find_matches`: `.scores` maps `(worker_id, dp_rank)` to the number of
 /// matched blocks; `.frequencies` is always empty (block access frequencies are not tracked;
 /// Dynamo's `RadixTree` also returns an empty list unless its frequency tracking is on).
+///
+/// The dict is built on the first read of `.scores` and kept: a router that only counts or
+/// skips results pays nothing for it, and reading it twice costs one build.
 #[pyclass(module = "flash_indexer", frozen)]
 pub struct OverlapScores {
-    scores: Py<PyDict>,
+    found: flash_indexer::OverlapScores,
+    scores: PyOnceLock<Py<PyDict>>,
 }
 
 #[pymethods]
 impl OverlapScores {
     /// `{(worker_id, dp_rank): matched blocks}`.
     #[getter]
-    fn scores(&self, py: Python<'_>) -> Py<PyDict> {
-        self.scores.clone_ref(py)
+    fn scores(&self, py: Python<'_>) -> PyResult<Py<PyDict>> {
+        let dict = self
+            .scores
+            .get_or_try_init(py, || scores_dict(py, &self.found).map(Bound::unbind))?;
+        Ok(dict.clone_ref(py))
+    }
+
+    fn __len__(&self) -> usize {
+        self.found.len()
     }
 
     /// Always `[]` (see the class docs).
@@ -71,8 +83,11 @@ impl OverlapScores {
         PyList::empty(py)
     }
 
-    fn __repr__(&self, py: Python<'_>) -> String {
-        format!("OverlapScores(scores={})", self.scores.bind(py))
+    fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
+        Ok(format!(
+            "OverlapScores(scores={})",
+            self.scores(py)?.bind(py)
+        ))
     }
 }
 
@@ -100,15 +115,16 @@ impl RadixTree {
     fn find_matches(
         &self,
         py: Python<'_>,
-        sequence: Vec<u64>,
+        sequence: &Bound<'_, PyAny>,
         early_exit: bool,
     ) -> PyResult<OverlapScores> {
         let _ = early_exit;
-        let query: Vec<LocalHash> = sequence.into_iter().map(LocalHash).collect();
+        let query = crate::convert::local_hashes(sequence)?;
         let index = &self.index;
         let found = py.detach(|| index.find_matches(&query));
         Ok(OverlapScores {
-            scores: scores_dict(py, &found)?.unbind(),
+            found,
+            scores: PyOnceLock::new(),
         })
     }
 
@@ -123,9 +139,10 @@ impl RadixTree {
     ) -> PyResult<()> {
         let index = &self.index;
         py.detach(|| {
-            let event: KvCacheEvent = serde_json::from_slice(&kv_cache_event_bytes).map_err(|e| {
-                PyValueError::new_err(format!("Failed to deserialize KvCacheEvent: {e}"))
-            })?;
+            let event: KvCacheEvent =
+                serde_json::from_slice(&kv_cache_event_bytes).map_err(|e| {
+                    PyValueError::new_err(format!("Failed to deserialize KvCacheEvent: {e}"))
+                })?;
             let worker = Worker::new(worker_id, event.dp_rank);
             let event = match event.data {
                 KvCacheEventData::Stored(stored) => Event::stored(

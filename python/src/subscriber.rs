@@ -18,13 +18,21 @@ use std::sync::{Arc, Mutex};
 /// sent as bytes become integers: `"vllm"` or `"sglang"`.
 #[pyclass(module = "flash_indexer", frozen)]
 pub struct Subscriber {
-    running: Mutex<Option<(ingest::Subscriber, Arc<WriterPool<dyn KvIndex>>)>>,
+    running: Mutex<Option<Running>>,
+}
+
+/// The ingest threads and the writer pool they feed; gone once closed.
+struct Running {
+    subscriber: ingest::Subscriber,
+    pool: Arc<WriterPool<dyn KvIndex>>,
 }
 
 fn endpoint(engine: &Bound<'_, PyDict>) -> PyResult<EngineEndpoint> {
     let get = |key: &str| engine.get_item(key);
     let events: String = get("events")?
-        .ok_or_else(|| PyValueError::new_err("an engine needs \"events\": its publisher's address"))?
+        .ok_or_else(|| {
+            PyValueError::new_err("an engine needs \"events\": its publisher's address")
+        })?
         .extract()?;
     let bind: bool = match get("bind")? {
         Some(value) => value.extract()?,
@@ -84,7 +92,7 @@ impl Subscriber {
             .detach(|| ingest::Subscriber::spawn(pool.clone(), endpoints, config))
             .map_err(|e| PyValueError::new_err(e.to_string()))?;
         Ok(Self {
-            running: Mutex::new(Some((subscriber, pool))),
+            running: Mutex::new(Some(Running { subscriber, pool })),
         })
     }
 
@@ -92,9 +100,10 @@ impl Subscriber {
     /// `"last_problem"` (the latest connection or decoding problem, or None).
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let running = self.running.lock().expect("never poisoned");
-        let (subscriber, _) = running
+        let subscriber = &running
             .as_ref()
-            .ok_or_else(|| PyRuntimeError::new_err("the subscriber is closed"))?;
+            .ok_or_else(|| PyRuntimeError::new_err("the subscriber is closed"))?
+            .subscriber;
         let out = PyDict::new(py);
         for (name, value) in subscriber.stats().named() {
             out.set_item(name, value)?;
@@ -106,7 +115,7 @@ impl Subscriber {
     /// Waits until every event received so far is applied to the index.
     fn flush(&self, py: Python<'_>) -> PyResult<()> {
         let pool = match self.running.lock().expect("never poisoned").as_ref() {
-            Some((_, pool)) => pool.clone(),
+            Some(running) => running.pool.clone(),
             None => return Err(PyRuntimeError::new_err("the subscriber is closed")),
         };
         py.detach(|| pool.flush());
@@ -116,7 +125,7 @@ impl Subscriber {
     /// Stops the threads, applying what was received. Closing twice does nothing.
     fn close(&self, py: Python<'_>) {
         let running = self.running.lock().expect("never poisoned").take();
-        if let Some((subscriber, pool)) = running {
+        if let Some(Running { subscriber, pool }) = running {
             py.detach(|| {
                 subscriber.shutdown();
                 pool.flush();
