@@ -30,6 +30,12 @@ def local_hashes(
 def seq_hashes(local_hashes: Sequence[int]) -> List[int]:
     """Dynamo's sequence hashes of a chain of local hashes."""
 
+def vllm_block_hashes(
+    tokens: Sequence[int], block_size: int, hash_seed: str, lora_name: Optional[str] = None
+) -> List[int]:
+    """vLLM's block hashes (``sha256_cbor``) of the full blocks of ``tokens``, as its KV events
+    publish them (the digest's low 64 bits). ``hash_seed`` is the engine's ``PYTHONHASHSEED``."""
+
 class Index:
     """The index of a fleet, exact from engines' events; with ``approximate``, also predicted
     from routing decisions for workers that publish no events.

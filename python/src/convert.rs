@@ -1,9 +1,9 @@
 //! Python values to the crate's types and back.
 
+use flash_indexer::LocalHash;
 use flash_indexer::{EventError, OverlapScores, Worker};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use flash_indexer::LocalHash;
 use pyo3::types::{PyDict, PyList, PyTuple};
 
 /// A worker as Python passes it: `(worker_id, dp_rank)`, or a bare `worker_id` (rank 0).

@@ -6,7 +6,8 @@
 //!   methods, JSON event bytes and result shape);
 //! - [`subscriber::Subscriber`]: the crate's ZeroMQ ingest of vLLM and SGLang engines, on its
 //!   own threads, feeding an `Index` while Python queries it;
-//! - [`hashing`]: block hashes bit-compatible with Dynamo's (LoRA and cache namespaces too).
+//! - [`hashing`]: block hashes bit-compatible with Dynamo's (LoRA and cache namespaces too) and
+//!   vLLM's (`sha256_cbor` chains).
 //!
 //! Every call that does work releases the GIL; every error a caller can cause is a Python
 //! exception, never a crash.
@@ -28,5 +29,6 @@ fn flash_indexer(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<subscriber::Subscriber>()?;
     m.add_function(wrap_pyfunction!(hashing::local_hashes, m)?)?;
     m.add_function(wrap_pyfunction!(hashing::seq_hashes, m)?)?;
+    m.add_function(wrap_pyfunction!(hashing::vllm_block_hashes, m)?)?;
     Ok(())
 }
