@@ -52,3 +52,14 @@ pub(crate) fn local_hashes(value: &Bound<'_, PyAny>) -> PyResult<Vec<LocalHash>>
             .collect()),
     }
 }
+
+/// An engine's name, for how its hashes sent as bytes become integers.
+pub(crate) fn engine(name: &str) -> PyResult<flash_indexer::ingest::Engine> {
+    match name {
+        "vllm" => Ok(flash_indexer::ingest::Engine::Vllm),
+        "sglang" => Ok(flash_indexer::ingest::Engine::Sglang),
+        other => Err(PyValueError::new_err(format!(
+            "unknown engine {other:?}; \"vllm\" or \"sglang\""
+        ))),
+    }
+}

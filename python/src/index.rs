@@ -2,7 +2,7 @@
 
 use crate::convert::{event_error, scores};
 use crate::hashing::hash_tokens;
-use flash_indexer::ingest::{Engine, EventMapper, MapConfig, decode_batch};
+use flash_indexer::ingest::{EventMapper, MapConfig, decode_batch};
 use flash_indexer::{
     ApproximateIndexer, ArrayIndexer, Block, Event, EventError, EventKind, KvIndex, LocalHash,
     PositionalIndexer, RadixIndexer, Retention, Routed, SeqHash,
@@ -195,22 +195,14 @@ impl Index {
         &self,
         py: Python<'py>,
         worker_id: u64,
-        data: Vec<u8>,
+        data: &[u8],
         engine: &str,
     ) -> PyResult<Bound<'py, PyDict>> {
-        let engine = match engine {
-            "vllm" => Engine::Vllm,
-            "sglang" => Engine::Sglang,
-            other => {
-                return Err(PyValueError::new_err(format!(
-                    "unknown engine {other:?}; \"vllm\" or \"sglang\""
-                )));
-            }
-        };
+        let engine = crate::convert::engine(engine)?;
         let index = &self.index;
         let (applied, rejected, filtered) = py
             .detach(|| {
-                let batch = decode_batch(&data, engine).map_err(|e| e.to_string())?;
+                let batch = decode_batch(data, engine).map_err(|e| e.to_string())?;
                 let mapped = EventMapper::new(worker_id, MapConfig::default()).map(&batch, 0);
                 let mut applied = 0;
                 let mut rejected = mapped.rejected.len();

@@ -135,12 +135,12 @@ impl RadixTree {
         &self,
         py: Python<'_>,
         worker_id: u64,
-        kv_cache_event_bytes: Vec<u8>,
+        kv_cache_event_bytes: &[u8],
     ) -> PyResult<()> {
         let index = &self.index;
         py.detach(|| {
             let event: KvCacheEvent =
-                serde_json::from_slice(&kv_cache_event_bytes).map_err(|e| {
+                serde_json::from_slice(kv_cache_event_bytes).map_err(|e| {
                     PyValueError::new_err(format!("Failed to deserialize KvCacheEvent: {e}"))
                 })?;
             let worker = Worker::new(worker_id, event.dp_rank);

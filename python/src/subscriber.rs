@@ -74,15 +74,7 @@ impl Subscriber {
     ) -> PyResult<Self> {
         let endpoints = engines.iter().map(endpoint).collect::<PyResult<Vec<_>>>()?;
         let config = SubscriberConfig {
-            engine: match engine {
-                "vllm" => ingest::Engine::Vllm,
-                "sglang" => ingest::Engine::Sglang,
-                other => {
-                    return Err(PyValueError::new_err(format!(
-                        "unknown engine {other:?}; \"vllm\" or \"sglang\""
-                    )));
-                }
-            },
+            engine: crate::convert::engine(engine)?,
             ..SubscriberConfig::default()
         };
         let shared: Arc<dyn KvIndex> = index.index.clone();
