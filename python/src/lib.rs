@@ -15,6 +15,7 @@
 use pyo3::prelude::*;
 
 mod convert;
+mod dynamo_event;
 mod hashing;
 mod index;
 mod radix_tree;

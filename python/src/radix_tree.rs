@@ -7,49 +7,13 @@
 //! in the engines' own prefix caches; Dynamo's tree leaves them out.
 
 use crate::convert::scores as scores_dict;
+use crate::dynamo_event::EventData;
 use crate::index::make_layout;
-use flash_indexer::{Block, Event, EventError, KvIndex, LocalHash, SeqHash, Worker};
+use flash_indexer::{Event, EventError, KvIndex, Worker};
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyList};
-use serde::Deserialize;
-
-/// Dynamo's `KvCacheEvent`, as its Python bindings take it in JSON.
-#[derive(Deserialize)]
-struct KvCacheEvent {
-    #[serde(default)]
-    event_id: u64,
-    data: KvCacheEventData,
-    #[serde(default)]
-    dp_rank: u32,
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "snake_case")]
-enum KvCacheEventData {
-    Stored(StoreData),
-    Removed(RemoveData),
-    Cleared,
-}
-
-#[derive(Deserialize)]
-struct StoreData {
-    parent_hash: Option<u64>,
-    blocks: Vec<StoredBlock>,
-}
-
-#[derive(Deserialize)]
-struct StoredBlock {
-    block_hash: u64,
-    tokens_hash: u64,
-}
-
-#[derive(Deserialize)]
-struct RemoveData {
-    block_hashes: Vec<u64>,
-}
-
 /// The result of `RadixTree.find_matches`: `.scores` maps `(worker_id, dp_rank)` to the number of
 /// matched blocks; `.frequencies` is always empty (block access frequencies are not tracked;
 /// Dynamo's `RadixTree` also returns an empty list unless its frequency tracking is on).
@@ -139,28 +103,16 @@ impl RadixTree {
     ) -> PyResult<()> {
         let index = &self.index;
         py.detach(|| {
-            let event: KvCacheEvent =
-                serde_json::from_slice(kv_cache_event_bytes).map_err(|e| {
-                    PyValueError::new_err(format!("Failed to deserialize KvCacheEvent: {e}"))
-                })?;
+            let event = crate::dynamo_event::parse(kv_cache_event_bytes).map_err(|e| {
+                PyValueError::new_err(format!("Failed to deserialize KvCacheEvent: {e}"))
+            })?;
             let worker = Worker::new(worker_id, event.dp_rank);
             let event = match event.data {
-                KvCacheEventData::Stored(stored) => Event::stored(
-                    worker,
-                    event.event_id,
-                    stored.parent_hash.map(SeqHash),
-                    stored
-                        .blocks
-                        .iter()
-                        .map(|b| Block::new(LocalHash(b.tokens_hash), SeqHash(b.block_hash)))
-                        .collect(),
-                ),
-                KvCacheEventData::Removed(removed) => Event::removed(
-                    worker,
-                    event.event_id,
-                    removed.block_hashes.into_iter().map(SeqHash).collect(),
-                ),
-                KvCacheEventData::Cleared => Event::cleared(worker, event.event_id),
+                EventData::Stored { parent, blocks } => {
+                    Event::stored(worker, event.event_id, parent, blocks)
+                }
+                EventData::Removed(seqs) => Event::removed(worker, event.event_id, seqs),
+                EventData::Cleared => Event::cleared(worker, event.event_id),
             };
             index.apply(&event).map_err(|e: EventError| {
                 PyRuntimeError::new_err(format!("Failed to apply event: {e}"))
