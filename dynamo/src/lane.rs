@@ -174,9 +174,11 @@ impl<I: KvIndex> Lane<'_, I> {
         // A store that succeeds without adding a block replayed blocks the worker held already
         // (the same blocks under the same parents: anything else is a conflict): Dynamo counts
         // that as a duplicate-store warning. A worker's events all run on this lane, so its
-        // count moves only here.
+        // count moves only here. (Only counted when there are metrics to count it in.)
         let held_before = match &event.kind {
-            FlashEventKind::Stored { blocks, .. } if !blocks.is_empty() => {
+            FlashEventKind::Stored { blocks, .. }
+                if !blocks.is_empty() && self.counters.is_some() =>
+            {
                 Some(self.index.block_count(event.worker))
             }
             _ => None,

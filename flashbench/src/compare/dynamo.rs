@@ -8,6 +8,9 @@
 //!   Dynamo's XXH3 chain; with opaque engine hashes (the trace) it answers wrongly, and the
 //!   comparison shows it.
 //! - `dynamo-branch-sharded`: `BranchShardedIndexer` over two `ThreadPoolIndexer<CRTC>` shards.
+//! - `pooled-<layout>`: each of our layouts inside Dynamo's `ThreadPoolIndexer`, through
+//!   `flash-indexer-dynamo`'s `FlashIndexer` (Dynamo's writer threads, queues and scores): what a
+//!   Dynamo router sees after swapping its backend for ours, beside CRTC in the same pool.
 //!
 //! Writes go through `enqueue_event` (the wrappers' `apply_event`). Queries call the backend's
 //! `find_matches` on the calling thread, which is what `ThreadPoolIndexer::find_matches` does
@@ -26,11 +29,9 @@ use dynamo_kv_router::indexer::positional::PositionalIndexer;
 use dynamo_kv_router::indexer::{
     BranchShardedIndexer, KvIndexerInterface, SyncIndexer, ThreadPoolIndexer,
 };
-use dynamo_kv_router::protocols::{
-    DpRank, ExternalSequenceBlockHash, KvCacheEvent, KvCacheEventData, KvCacheRemoveData,
-    KvCacheStoreData, KvCacheStoredBlockData, LocalBlockHash, OverlapScores, RouterEvent, WorkerId,
-};
-use flash_indexer::{Event, EventKind, LocalHash, Worker};
+use dynamo_kv_router::protocols::{LocalBlockHash, OverlapScores};
+use flash_indexer::{Event, LocalHash, Worker};
+use flash_indexer_dynamo::FlashIndexer;
 use std::time::Instant;
 use tokio::runtime::Runtime;
 
@@ -42,37 +43,7 @@ const POSITIONAL_JUMP: usize = 32;
 const BRANCH_ROUTING_DEPTH: usize = 2;
 
 /// Our event in Dynamo's types: same worker, ids, hashes and parent.
-pub fn router_event(event: &Event) -> RouterEvent {
-    let data = match &event.kind {
-        EventKind::Stored { parent, blocks } => KvCacheEventData::Stored(KvCacheStoreData {
-            parent_hash: parent.map(|p| ExternalSequenceBlockHash(p.0)),
-            start_position: None,
-            blocks: blocks
-                .iter()
-                .map(|b| KvCacheStoredBlockData {
-                    block_hash: ExternalSequenceBlockHash(b.seq.0),
-                    tokens_hash: LocalBlockHash(b.local.0),
-                    mm_extra_info: None,
-                })
-                .collect(),
-        }),
-        EventKind::Removed { blocks } => KvCacheEventData::Removed(KvCacheRemoveData {
-            block_hashes: blocks
-                .iter()
-                .map(|s| ExternalSequenceBlockHash(s.0))
-                .collect(),
-        }),
-        EventKind::Cleared => KvCacheEventData::Cleared,
-    };
-    RouterEvent::new(
-        event.worker.id as WorkerId,
-        KvCacheEvent {
-            event_id: event.event_id,
-            data,
-            dp_rank: event.worker.dp_rank as DpRank,
-        },
-    )
-}
+pub use flash_indexer_dynamo::convert::router_event;
 
 fn to_locals(query: &[LocalHash]) -> Vec<LocalBlockHash> {
     query.iter().map(|l| LocalBlockHash(l.0)).collect()
@@ -222,6 +193,35 @@ pub fn subjects() -> Vec<crate::compare::subject::SubjectFactory> {
             }),
         },
     ]
+    .into_iter()
+    .chain(pooled())
+    .collect()
+}
+
+/// Each of our layouts inside `ThreadPoolIndexer`, as a Dynamo router runs it after the swap.
+fn pooled() -> Vec<SubjectFactory> {
+    flash_indexer::testing::enabled_layouts()
+        .into_iter()
+        .filter(|f| f.primary)
+        .map(|layout| {
+            let make = layout.make;
+            SubjectFactory {
+                // Leaked once per layout and run: a few bytes, for a `&'static` row name.
+                name: Box::leak(format!("pooled-{}", layout.name).into_boxed_str()),
+                ours: true,
+                make: Box::new(move |threads| {
+                    Box::new(Pooled {
+                        indexer: ThreadPoolIndexer::new(
+                            FlashIndexer::from_index(make()),
+                            threads,
+                            BLOCK_SIZE,
+                        ),
+                        rt: runtime(),
+                    })
+                }),
+            }
+        })
+        .collect()
 }
 
 /// Dynamo's hashing is ours: the same local and sequence hashes for the same tokens (the
