@@ -91,6 +91,8 @@ pub struct FlashIndexer<I> {
 }
 
 /// [`FlashIndexer`] over [`flash_indexer::DefaultIndexer`]: the layout the cargo features pick.
+/// (Absent when no layout feature is on; `FlashIndexer<I>` then takes any [`KvIndex`].)
+#[cfg(any(feature = "positional", feature = "array", feature = "radix"))]
 pub type DefaultFlashIndexer = FlashIndexer<flash_indexer::DefaultIndexer>;
 
 /// Block size a [`FlashIndexer`] hashes request tokens with when none is given (Dynamo's
