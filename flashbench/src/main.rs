@@ -99,11 +99,11 @@ enum Command {
         /// conversation trace when it is there, else a synthetic one.
         #[arg(long)]
         trace: Option<PathBuf>,
-        /// Presets to run, comma separated (dynamo, depth, trace, trace-paced, fleet).
+        /// Presets to run, comma separated (dynamo, shared-prefix, depth, trace, trace-paced, fleet).
         #[arg(
             long,
             value_delimiter = ',',
-            default_value = "dynamo,depth,trace,trace-paced,fleet"
+            default_value = "dynamo,shared-prefix,depth,trace,trace-paced,fleet"
         )]
         presets: Vec<String>,
         /// Interleaved rounds per preset; each cell is the median.

@@ -159,8 +159,7 @@ pub fn run(
                     differing += u64::from(&got != want);
                 }
                 run.count(label, queries.len() as u64, differing);
-                run.values.insert(format!("{label} p50 us"), us(&h, 0.5));
-                run.values.insert(format!("{label} p99 us"), us(&h, 0.99));
+                insert_latencies(&mut run, label, &h);
             }
             Phase::Replay { steps, speed, .. } => {
                 if check_replays {
@@ -171,13 +170,21 @@ pub fn run(
                 }
                 let (ops_per_s, h) = timed_replay(&*subject, steps, *speed);
                 run.values.insert(format!("{label} ops/s"), ops_per_s);
-                run.values.insert(format!("{label} p50 us"), us(&h, 0.5));
-                run.values.insert(format!("{label} p99 us"), us(&h, 0.99));
+                insert_latencies(&mut run, label, &h);
             }
         }
     }
     run.rejected = subject.rejected();
     run
+}
+
+/// A phase's query latencies: p50, p99, p99.9 and the slowest query, in microseconds.
+fn insert_latencies(run: &mut Run, label: &str, h: &Histogram<u64>) {
+    run.values.insert(format!("{label} p50 us"), us(h, 0.5));
+    run.values.insert(format!("{label} p99 us"), us(h, 0.99));
+    run.values.insert(format!("{label} p99.9 us"), us(h, 0.999));
+    run.values
+        .insert(format!("{label} max us"), h.max() as f64 / 1e3);
 }
 
 fn checked_replay(subject: &dyn Subject, steps: &[(u64, Step)], answers: &[Scores]) -> (u64, u64) {

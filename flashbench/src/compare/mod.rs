@@ -74,6 +74,7 @@ fn build_preset(
 ) -> Preset {
     match name {
         "dynamo" => presets::dynamo(),
+        "shared-prefix" => presets::shared_prefix(),
         "depth" => presets::depth(),
         "trace" => presets::trace(trace, source, engine),
         "trace-paced" => {

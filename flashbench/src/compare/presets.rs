@@ -61,7 +61,14 @@ pub struct Preset {
 }
 
 /// The names `--presets` accepts, in the order they run.
-pub const NAMES: [&str; 5] = ["dynamo", "depth", "trace", "trace-paced", "fleet"];
+pub const NAMES: [&str; 6] = [
+    "dynamo",
+    "shared-prefix",
+    "depth",
+    "trace",
+    "trace-paced",
+    "fleet",
+];
 
 fn blocks_of(events: &[Event]) -> u64 {
     events
@@ -236,6 +243,8 @@ pub fn dynamo() -> Preset {
             "bytes/pair",
             "query p50 us",
             "query p99 us",
+            "query p99.9 us",
+            "query max us",
             "remove blocks/s",
         ]
         .map(String::from)
@@ -246,6 +255,126 @@ pub fn dynamo() -> Preset {
 
 /// The depths of the depth preset.
 pub const DEPTHS: [usize; 4] = [64, 256, 1024, 4096];
+
+/// The shape of a real fleet: hundreds of workers serving one model, a few long system prompts
+/// that every worker holds, and short private tails (each worker's own conversations) under
+/// them. Engines of one model hash a prompt to the same sequence hashes, so every worker's copy
+/// of a prompt names the same blocks: memory that indexes shared content once wins here.
+/// Queries: half extend a prompt with a tail some worker holds, a quarter with a tail nobody
+/// holds (the prompt alone matches, on every worker), a quarter miss at the first block.
+pub fn shared_prefix() -> Preset {
+    const WORKERS: u64 = 256;
+    const PROMPTS: usize = 4;
+    const PROMPT_BLOCKS: usize = 256;
+    const TAILS: usize = 32;
+    const TAIL_BLOCKS: usize = 8;
+    const BLOCK_SIZE: usize = 16;
+    const QUERIES: usize = 8_000;
+    let mut rng = SplitMix64(7);
+    let prompts: Vec<Vec<u32>> = (0..PROMPTS)
+        .map(|_| tokens(&mut rng, PROMPT_BLOCKS * BLOCK_SIZE))
+        .collect();
+    let prompt_chains: Vec<(Vec<LocalHash>, Vec<SeqHash>)> = prompts
+        .iter()
+        .map(|t| {
+            let locals = local_hashes(t, BLOCK_SIZE);
+            let seqs = seq_hashes(&locals);
+            (locals, seqs)
+        })
+        .collect();
+    // tails[w][i] = (prompt, the whole chain's locals, seqs)
+    let tails: Vec<Vec<(usize, Vec<LocalHash>, Vec<SeqHash>)>> = (0..WORKERS)
+        .map(|_| {
+            (0..TAILS)
+                .map(|i| {
+                    let p = i % PROMPTS;
+                    let mut t = prompts[p].clone();
+                    t.extend(tokens(&mut rng, TAIL_BLOCKS * BLOCK_SIZE));
+                    let locals = local_hashes(&t, BLOCK_SIZE);
+                    let seqs = seq_hashes(&locals);
+                    (p, locals, seqs)
+                })
+                .collect()
+        })
+        .collect();
+    let mut stores = Vec::new();
+    let mut ids = vec![0u64; WORKERS as usize];
+    for (locals, seqs) in &prompt_chains {
+        for w in 0..WORKERS as usize {
+            ids[w] += 1;
+            let blocks = locals.iter().zip(seqs).map(|(l, q)| Block::new(*l, *q));
+            stores.push(Event::stored(
+                Worker::new(w as u64, 0),
+                ids[w],
+                None,
+                blocks.collect(),
+            ));
+        }
+    }
+    for i in 0..TAILS {
+        for (w, of_worker) in tails.iter().enumerate() {
+            let (_, locals, seqs) = &of_worker[i];
+            ids[w] += 1;
+            let blocks = locals[PROMPT_BLOCKS..]
+                .iter()
+                .zip(&seqs[PROMPT_BLOCKS..])
+                .map(|(l, q)| Block::new(*l, *q));
+            stores.push(Event::stored(
+                Worker::new(w as u64, 0),
+                ids[w],
+                Some(seqs[PROMPT_BLOCKS - 1]),
+                blocks.collect(),
+            ));
+        }
+    }
+    let queries: Vec<Vec<LocalHash>> = (0..QUERIES)
+        .map(|i| {
+            let w = rng.below(WORKERS) as usize;
+            let (p, locals, _) = &tails[w][rng.below(TAILS as u64) as usize];
+            match i % 4 {
+                0 | 1 => locals.clone(),
+                2 => {
+                    let mut q = prompt_chains[*p].0.clone();
+                    q.extend((0..TAIL_BLOCKS).map(|_| LocalHash(rng.next_u64())));
+                    q
+                }
+                _ => {
+                    let mut q = locals.clone();
+                    q[0] = LocalHash(rng.next_u64());
+                    q
+                }
+            }
+        })
+        .collect();
+    Preset {
+        name: "shared-prefix",
+        about: format!(
+            "A fleet's shape: {WORKERS} workers all hold the same {PROMPTS} system prompts of {PROMPT_BLOCKS} blocks (the same sequence hashes on every worker, as engines of one model compute them), and {TAILS} private tails of {TAIL_BLOCKS} blocks each under them; {QUERIES} queries (50% a prompt with a held tail, 25% a prompt with an unknown tail, 25% first-block misses)."
+        ),
+        phases: vec![
+            Phase::Write {
+                label: "store",
+                events: stores,
+                bytes_after: true,
+            },
+            Phase::Query {
+                label: "query",
+                queries,
+            },
+        ],
+        columns: [
+            "store blocks/s",
+            "bytes/pair",
+            "query p50 us",
+            "query p99 us",
+            "query p99.9 us",
+            "query max us",
+        ]
+        .map(String::from)
+        .to_vec(),
+        min_rounds: 1,
+    }
+}
 
 /// Query cost against depth: 16 workers each hold the same 4 sequences at each depth (stored in
 /// events of 256 blocks, each naming its parent); every query is a full hit on all 16.
@@ -302,8 +431,9 @@ pub fn depth() -> Preset {
     }
     let mut columns: Vec<String> = ["store blocks/s", "bytes/pair"].map(String::from).to_vec();
     for label in ["hit@1024", "hit@4096"] {
-        columns.push(format!("{label} p50 us"));
-        columns.push(format!("{label} p99 us"));
+        for stat in ["p50", "p99", "p99.9", "max"] {
+            columns.push(format!("{label} {stat} us"));
+        }
     }
     columns.push("ns per block".into());
     Preset {
@@ -349,9 +479,15 @@ pub fn trace(trace: &[Request], source: &str, cfg: &EngineConfig) -> Preset {
             steps,
             speed: 0.0,
         }],
-        columns: ["replay ops/s", "replay p50 us", "replay p99 us"]
-            .map(String::from)
-            .to_vec(),
+        columns: [
+            "replay ops/s",
+            "replay p50 us",
+            "replay p99 us",
+            "replay p99.9 us",
+            "replay max us",
+        ]
+        .map(String::from)
+        .to_vec(),
         // The replay lasts about 60 ms on two cores, with three busy threads; 3 rounds of it
         // gave radix / CRTC ops/s anywhere from 0.94x to 1.16x for the same code.
         min_rounds: 15,
@@ -387,7 +523,14 @@ pub fn trace_paced(
             steps,
             speed,
         }],
-        columns: ["paced p50 us", "paced p99 us"].map(String::from).to_vec(),
+        columns: [
+            "paced p50 us",
+            "paced p99 us",
+            "paced p99.9 us",
+            "paced max us",
+        ]
+        .map(String::from)
+        .to_vec(),
         min_rounds: 1,
     }
 }
@@ -412,9 +555,15 @@ pub fn fleet(trace: &[Request], source: &str, cfg: &EngineConfig) -> Preset {
             steps,
             speed: 0.0,
         }],
-        columns: ["fleet ops/s", "fleet p50 us", "fleet p99 us"]
-            .map(String::from)
-            .to_vec(),
+        columns: [
+            "fleet ops/s",
+            "fleet p50 us",
+            "fleet p99 us",
+            "fleet p99.9 us",
+            "fleet max us",
+        ]
+        .map(String::from)
+        .to_vec(),
         min_rounds: 1,
     }
 }
