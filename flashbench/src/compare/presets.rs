@@ -282,17 +282,26 @@ pub fn shared_prefix() -> Preset {
             (locals, seqs)
         })
         .collect();
-    // tails[w][i] = (prompt, the whole chain's locals, seqs)
-    let tails: Vec<Vec<(usize, Vec<LocalHash>, Vec<SeqHash>)>> = (0..WORKERS)
+    /// A private conversation under prompt `prompt`: the whole chain's hashes.
+    struct Tail {
+        prompt: usize,
+        locals: Vec<LocalHash>,
+        seqs: Vec<SeqHash>,
+    }
+    let tails: Vec<Vec<Tail>> = (0..WORKERS)
         .map(|_| {
             (0..TAILS)
                 .map(|i| {
-                    let p = i % PROMPTS;
-                    let mut t = prompts[p].clone();
+                    let prompt = i % PROMPTS;
+                    let mut t = prompts[prompt].clone();
                     t.extend(tokens(&mut rng, TAIL_BLOCKS * BLOCK_SIZE));
                     let locals = local_hashes(&t, BLOCK_SIZE);
                     let seqs = seq_hashes(&locals);
-                    (p, locals, seqs)
+                    Tail {
+                        prompt,
+                        locals,
+                        seqs,
+                    }
                 })
                 .collect()
         })
@@ -300,12 +309,12 @@ pub fn shared_prefix() -> Preset {
     let mut stores = Vec::new();
     let mut ids = vec![0u64; WORKERS as usize];
     for (locals, seqs) in &prompt_chains {
-        for w in 0..WORKERS as usize {
-            ids[w] += 1;
+        for (w, id) in ids.iter_mut().enumerate() {
+            *id += 1;
             let blocks = locals.iter().zip(seqs).map(|(l, q)| Block::new(*l, *q));
             stores.push(Event::stored(
                 Worker::new(w as u64, 0),
-                ids[w],
+                *id,
                 None,
                 blocks.collect(),
             ));
@@ -313,7 +322,7 @@ pub fn shared_prefix() -> Preset {
     }
     for i in 0..TAILS {
         for (w, of_worker) in tails.iter().enumerate() {
-            let (_, locals, seqs) = &of_worker[i];
+            let Tail { locals, seqs, .. } = &of_worker[i];
             ids[w] += 1;
             let blocks = locals[PROMPT_BLOCKS..]
                 .iter()
@@ -330,11 +339,12 @@ pub fn shared_prefix() -> Preset {
     let queries: Vec<Vec<LocalHash>> = (0..QUERIES)
         .map(|i| {
             let w = rng.below(WORKERS) as usize;
-            let (p, locals, _) = &tails[w][rng.below(TAILS as u64) as usize];
+            let tail = &tails[w][rng.below(TAILS as u64) as usize];
+            let locals = &tail.locals;
             match i % 4 {
                 0 | 1 => locals.clone(),
                 2 => {
-                    let mut q = prompt_chains[*p].0.clone();
+                    let mut q = prompt_chains[tail.prompt].0.clone();
                     q.extend((0..TAIL_BLOCKS).map(|_| LocalHash(rng.next_u64())));
                     q
                 }
