@@ -12,25 +12,45 @@ use flash_indexer::{Block, Event, EventError, EventKind, LocalHash, SeqHash, Wor
 
 /// Dynamo's event as ours.
 pub fn flash_event(event: &RouterEvent) -> Event {
+    flash_event_in(event, Vec::new(), Vec::new())
+}
+
+/// Dynamo's event as ours, its blocks written into `blocks` (a store) or `seqs` (a removal),
+/// emptied first: buffers a caller takes back from the event with [`into_buffers`] and reuses,
+/// so that converting allocates nothing.
+pub fn flash_event_in(
+    event: &RouterEvent,
+    mut blocks: Vec<Block>,
+    mut seqs: Vec<SeqHash>,
+) -> Event {
     let worker = Worker::new(event.worker_id, event.event.dp_rank);
     let id = event.event.event_id;
     match &event.event.data {
-        KvCacheEventData::Stored(stored) => Event::stored(
-            worker,
-            id,
-            stored.parent_hash.map(|p| SeqHash(p.0)),
-            stored
-                .blocks
-                .iter()
-                .map(|b| Block::new(LocalHash(b.tokens_hash.0), SeqHash(b.block_hash.0)))
-                .collect(),
-        ),
-        KvCacheEventData::Removed(removed) => Event::removed(
-            worker,
-            id,
-            removed.block_hashes.iter().map(|s| SeqHash(s.0)).collect(),
-        ),
+        KvCacheEventData::Stored(stored) => {
+            blocks.clear();
+            blocks.extend(
+                stored
+                    .blocks
+                    .iter()
+                    .map(|b| Block::new(LocalHash(b.tokens_hash.0), SeqHash(b.block_hash.0))),
+            );
+            Event::stored(worker, id, stored.parent_hash.map(|p| SeqHash(p.0)), blocks)
+        }
+        KvCacheEventData::Removed(removed) => {
+            seqs.clear();
+            seqs.extend(removed.block_hashes.iter().map(|s| SeqHash(s.0)));
+            Event::removed(worker, id, seqs)
+        }
         KvCacheEventData::Cleared => Event::cleared(worker, id),
+    }
+}
+
+/// The buffer an event holds, back for reuse (see [`flash_event_in`]).
+pub fn into_buffers(event: Event) -> (Option<Vec<Block>>, Option<Vec<SeqHash>>) {
+    match event.kind {
+        EventKind::Stored { blocks, .. } => (Some(blocks), None),
+        EventKind::Removed { blocks } => (None, Some(blocks)),
+        EventKind::Cleared => (None, None),
     }
 }
 

@@ -6,7 +6,9 @@
 //! (the pool adds the lanes' answers up, and routes each worker's events to one lane).
 
 use super::FlashIndexer;
-use super::convert::{dynamo_worker, event_error, flash_event, overlap_scores};
+use super::convert::{
+    dynamo_worker, event_error, flash_event, flash_event_in, into_buffers, overlap_scores,
+};
 use dynamo_kv_router::indexer::{
     EventKind, EventWarningKind, KvIndexerMetrics, PreBoundEventCounters, SyncIndexer,
     WorkerLookupStats, WorkerTask,
@@ -15,7 +17,7 @@ use dynamo_kv_router::protocols::{
     ExternalSequenceBlockHash, KvCacheEventError, LocalBlockHash, OverlapScores, RouterEvent,
     WorkerWithDpRank,
 };
-use flash_indexer::{EventKind as FlashEventKind, KvIndex, LocalHash, Worker};
+use flash_indexer::{Block, EventKind as FlashEventKind, KvIndex, LocalHash, SeqHash, Worker};
 use std::collections::HashSet;
 use std::sync::Arc;
 
@@ -29,6 +31,8 @@ impl<I: KvIndex + 'static> SyncIndexer for FlashIndexer<I> {
             index: &self.index,
             counters: metrics.as_ref().map(|m| m.prebind()),
             workers: HashSet::new(),
+            blocks: Vec::new(),
+            seqs: Vec::new(),
         };
         while let Ok(task) = event_receiver.recv() {
             if !lane.run(task) {
@@ -98,6 +102,9 @@ struct Lane<'a, I> {
     counters: Option<PreBoundEventCounters>,
     /// Workers (with rank) whose events this lane applied and that were not removed since.
     workers: HashSet<WorkerWithDpRank>,
+    /// The buffers events are converted into, reused from one event to the next.
+    blocks: Vec<Block>,
+    seqs: Vec<SeqHash>,
 }
 
 impl<I: KvIndex> Lane<'_, I> {
@@ -182,7 +189,11 @@ impl<I: KvIndex> Lane<'_, I> {
     /// Applies `event`, counts it in Dynamo's metrics, and notes its worker as this lane's.
     fn apply(&mut self, event: &RouterEvent) -> bool {
         let kind = EventKind::of(&event.event.data);
-        let event = flash_event(event);
+        let event = flash_event_in(
+            event,
+            std::mem::take(&mut self.blocks),
+            std::mem::take(&mut self.seqs),
+        );
         // A store that succeeds without adding a block replayed blocks the worker held already
         // (the same blocks under the same parents: anything else is a conflict): Dynamo counts
         // that as a duplicate-store warning. A worker's events all run on this lane, so its
@@ -210,6 +221,11 @@ impl<I: KvIndex> Lane<'_, I> {
             counters.inc(kind, result);
         }
         self.workers.insert(dynamo_worker(event.worker));
+        match into_buffers(event) {
+            (Some(blocks), _) => self.blocks = blocks,
+            (_, Some(seqs)) => self.seqs = seqs,
+            _ => {}
+        }
         applied
     }
 }
