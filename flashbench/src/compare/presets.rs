@@ -89,6 +89,13 @@ pub fn write_blocks(phase: &Phase) -> u64 {
     }
 }
 
+/// The local and sequence hashes of `tokens` in blocks of `block_size`.
+fn hashed(tokens: &[u32], block_size: usize) -> (Vec<LocalHash>, Vec<SeqHash>) {
+    let locals = local_hashes(tokens, block_size);
+    let seqs = seq_hashes(&locals);
+    (locals, seqs)
+}
+
 fn tokens(rng: &mut SplitMix64, n: usize) -> Vec<u32> {
     (0..n).map(|_| rng.next_u64() as u32).collect()
 }
@@ -118,9 +125,7 @@ pub fn dynamo() -> Preset {
                 .map(|s| {
                     let mut t = prefixes[s % GROUPS].clone();
                     t.extend(tokens(&mut rng, PREFIX * BLOCK_SIZE));
-                    let locals = local_hashes(&t, BLOCK_SIZE);
-                    let seqs = seq_hashes(&locals);
-                    (locals, seqs)
+                    hashed(&t, BLOCK_SIZE)
                 })
                 .collect()
         })
@@ -274,14 +279,8 @@ pub fn shared_prefix() -> Preset {
     let prompts: Vec<Vec<u32>> = (0..PROMPTS)
         .map(|_| tokens(&mut rng, PROMPT_BLOCKS * BLOCK_SIZE))
         .collect();
-    let prompt_chains: Vec<(Vec<LocalHash>, Vec<SeqHash>)> = prompts
-        .iter()
-        .map(|t| {
-            let locals = local_hashes(t, BLOCK_SIZE);
-            let seqs = seq_hashes(&locals);
-            (locals, seqs)
-        })
-        .collect();
+    let prompt_chains: Vec<(Vec<LocalHash>, Vec<SeqHash>)> =
+        prompts.iter().map(|t| hashed(t, BLOCK_SIZE)).collect();
     /// A private conversation under prompt `prompt`: the whole chain's hashes.
     struct Tail {
         prompt: usize,
@@ -295,8 +294,7 @@ pub fn shared_prefix() -> Preset {
                     let prompt = i % PROMPTS;
                     let mut t = prompts[prompt].clone();
                     t.extend(tokens(&mut rng, TAIL_BLOCKS * BLOCK_SIZE));
-                    let locals = local_hashes(&t, BLOCK_SIZE);
-                    let seqs = seq_hashes(&locals);
+                    let (locals, seqs) = hashed(&t, BLOCK_SIZE);
                     Tail {
                         prompt,
                         locals,
