@@ -79,7 +79,7 @@ impl<I: KvIndex> FlashIndexer<I> {
 
 /// Whether `worker` holds `block`: a scan of the index's dump (a cold, diagnostic path; the
 /// index keeps no per-block lookup by worker outside its writers' locks).
-pub(crate) fn holds<I: KvIndex>(
+fn holds<I: KvIndex>(
     index: &I,
     worker: WorkerWithDpRank,
     block: ExternalSequenceBlockHash,
