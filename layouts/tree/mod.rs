@@ -33,6 +33,7 @@
 //! invariants behind every `unsafe` block are in `node.rs`.
 
 pub(crate) mod child_table;
+pub(crate) mod graveyard;
 mod node;
 
 use node::ChildKey;
@@ -73,7 +74,7 @@ fn mutated(guard: &Guard) {
         n
     });
     if n == MUTATIONS_PER_FLUSH {
-        guard.flush();
+        graveyard::flush(guard);
     }
 }
 
@@ -357,6 +358,7 @@ impl<T: AsTree> Storage for T {
     }
 
     fn flush_retired(&self) {
+        graveyard::flush(&crossbeam_epoch::pin());
         self.tree().index.flush();
     }
 }

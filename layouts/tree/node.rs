@@ -31,6 +31,7 @@
 //!   `unlinked` tells a writer that it was.
 
 use super::child_table::{ChildTable, Keyed};
+use super::graveyard;
 use crate::index_core::{Cover, Key, Slot};
 use crate::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed};
 use crate::sync::{Mutex, lock};
@@ -524,7 +525,7 @@ impl Node {
             // that published it; readers and writers that reached it are pinned (I3) and see
             // `unlinked`; freed once, after they unpin. Made by `create` (the root is never
             // unlinked).
-            unsafe { guard.defer_unchecked(move || Node::destroy(node_ptr)) };
+            unsafe { graveyard::retire(node_ptr.cast_mut().cast(), destroy_erased, guard) };
             unlinked += 1;
             node = parent;
         }
@@ -554,13 +555,32 @@ impl Node {
     }
 }
 
-/// Retires `old` (if any) through the epoch.
-fn retire<T>(old: Shared<'_, T>, guard: &Guard) {
+/// Retires `old` (if any) through the epoch (freed on a writer's thread: `graveyard.rs`).
+fn retire<T: Send>(old: Shared<'_, T>, guard: &Guard) {
     if !old.is_null() {
         // SAFETY: `old` was just swapped out of the only place that published it; readers
-        // that loaded it are pinned, and the epoch frees it after they unpin.
-        unsafe { guard.defer_destroy(old) };
+        // that loaded it are pinned, and it is freed after they unpin, by `free_owned::<T>`
+        // (it was made by `Owned::new`).
+        unsafe { graveyard::retire(old.as_raw().cast_mut().cast(), free_owned::<T>, guard) };
     }
+}
+
+/// Frees an object made by `Owned::new`, by its erased address.
+///
+/// # Safety
+/// `ptr` is such an object of type `T`, reachable by nobody, freed once.
+unsafe fn free_owned<T>(ptr: *mut ()) {
+    // SAFETY: the caller's contract.
+    drop(unsafe { Owned::<T>::from_raw(ptr.cast()) });
+}
+
+/// [`Node::destroy`] by the node's erased address.
+///
+/// # Safety
+/// As for `Node::destroy`.
+unsafe fn destroy_erased(ptr: *mut ()) {
+    // SAFETY: the caller's contract.
+    unsafe { Node::destroy(ptr.cast_const().cast()) };
 }
 
 impl Drop for Node {

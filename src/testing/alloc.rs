@@ -71,11 +71,20 @@ pub fn collect_garbage() {
 /// Flushes crossbeam-epoch `rounds` times, each round with a no-op deferred so that it always
 /// seals a bag: crossbeam frees a popped queue node through the next bag, so flushing an empty
 /// bag leaves the queue one node longer or shorter at random, and the heap's size after the
-/// call with it. Each round advances the epoch once and frees up to 8 expired bags.
+/// call with it. Each round advances the epoch once and frees up to 8 expired bags. What this
+/// thread's tree writes retired is handed over first, and the tree's objects whose grace period
+/// passed are freed last (writers free those, never a query: `layouts/tree/graveyard.rs`).
 pub(crate) fn flush_epochs(rounds: usize) {
+    #[cfg(any(feature = "positional", feature = "array", feature = "radix"))]
+    crate::layouts::tree::graveyard::flush(&crossbeam_epoch::pin());
     for _ in 0..rounds {
         let guard = crossbeam_epoch::pin();
         guard.defer(|| ());
         guard.flush();
     }
+    #[cfg(all(
+        not(loom),
+        any(feature = "positional", feature = "array", feature = "radix")
+    ))]
+    crate::layouts::tree::graveyard::free_buried();
 }
