@@ -4,7 +4,7 @@
 //! any thread collects: up to eight bags of 64 functions. Queries pin, so a query thread freed
 //! up to 512 covers, child arrays and nodes that writers had allocated and retired, and often
 //! waited on the allocator's lock for a writer's arena while doing it. That was the tail of the
-//! trace replay (papers, section 7.3): holding the query thread's pin across queries, so that
+//! trace replay (paper, section 6.6): holding the query thread's pin across queries, so that
 //! it never collected, took the radix layout's p99.9 from 31 to 8 us, CRTC's figure.
 //!
 //! So the epoch no longer frees tree memory itself. A writer gathers what it retires in a
@@ -177,7 +177,7 @@ pub(crate) fn flush(guard: &Guard) {
 }
 
 /// Frees what the graveyard holds now (tests and memory readings; writers do it in [`flush`]).
-#[cfg(not(loom))]
+#[cfg(all(not(loom), feature = "testing"))]
 pub(crate) fn free_buried() -> usize {
     GRAVEYARD.free_all()
 }
