@@ -32,7 +32,7 @@
 
 use super::child_table::{ChildTable, Keyed};
 use super::graveyard;
-use crate::index_core::{Cover, Key, Slot};
+use crate::index_core::{Cover, Key, Slot, Stretch};
 use crate::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed};
 use crate::sync::{Mutex, lock};
 use crate::types::LocalHash;
@@ -141,6 +141,22 @@ unsafe impl Sync for Node {}
 pub struct Spot {
     node: NonNull<Node>,
     pub(super) off: u32,
+}
+
+/// A stretch is one node's edge: the next block's spot is the next offset.
+impl Stretch for Spot {
+    #[inline]
+    fn follows(self, next: Spot) -> bool {
+        next.node == self.node && next.off == self.off + 1
+    }
+
+    #[inline]
+    fn advance(self, k: u32) -> Spot {
+        Spot {
+            node: self.node,
+            off: self.off + k,
+        }
+    }
 }
 
 // SAFETY: a `Spot` is only dereferenced under I1 (its worker is in the node), on whichever

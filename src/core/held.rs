@@ -35,6 +35,7 @@
 
 use super::canon::{Canon, Key};
 use super::child_list::ChildList;
+use super::handles;
 use super::layout::Layout;
 use super::run::{Loc, Run, RunId};
 use super::slots::Slot;
@@ -439,7 +440,7 @@ impl<L: Layout> HeldBlocks<L> {
                 under.may_branch = true;
                 if c.off() < under.reach as usize {
                     let key = under.key_at(canon, L::KEYED, c.off());
-                    (true, Some((key, under.handles[c.off()])))
+                    (true, Some((key, under.handles.get(c.off()))))
                 } else {
                     (false, None)
                 }
@@ -570,34 +571,37 @@ impl<L: Layout> HeldBlocks<L> {
                     let locals = run.blocks[from..end].iter().map(|block| block.local);
                     canon.children(tip.map(|(key, _)| key), locals, &mut keys);
                 }
-                // SAFETY: the tip's handle is kept only while its block is reachable, and a
-                // reachable block's entry holds this worker's slot (I1).
-                let twins = unsafe {
-                    layout.add_run(
-                        tip.map(|(_, h)| h),
-                        &keys,
-                        &run.blocks[from..end],
-                        self.slot,
-                        guard,
-                        &mut run.handles,
-                    )
-                };
-                for (i, handle) in run.handles[from..].iter().enumerate().take(twins) {
-                    *self
-                        .extra
-                        .entry((key_of::<L>(&keys, pos, i), *handle))
-                        .or_insert(0) += 1;
-                }
-                run.attached(end - from, &keys);
-                if run.may_branch {
-                    for (i, block) in run.blocks[from..end].iter().enumerate() {
-                        if let Some(list) = self.kids.get(&block.seq) {
-                            let handle = run.handles[from + i];
-                            let key = key_of::<L>(&keys, pos, i);
-                            rooted.extend(list.as_slice().iter().map(|&k| (k, key, handle)));
+                handles::with_scratch(|added: &mut Vec<L::Handle>| {
+                    // SAFETY: the tip's handle is kept only while its block is reachable, and a
+                    // reachable block's entry holds this worker's slot (I1).
+                    let twins = unsafe {
+                        layout.add_run(
+                            tip.map(|(_, h)| h),
+                            &keys,
+                            &run.blocks[from..end],
+                            self.slot,
+                            guard,
+                            added,
+                        )
+                    };
+                    run.handles.extend(added);
+                    for (i, handle) in added.iter().enumerate().take(twins) {
+                        *self
+                            .extra
+                            .entry((key_of::<L>(&keys, pos, i), *handle))
+                            .or_insert(0) += 1;
+                    }
+                    run.attached(end - from, &keys);
+                    if run.may_branch {
+                        for (i, block) in run.blocks[from..end].iter().enumerate() {
+                            if let Some(list) = self.kids.get(&block.seq) {
+                                let handle = added[i];
+                                let key = key_of::<L>(&keys, pos, i);
+                                rooted.extend(list.as_slice().iter().map(|&k| (k, key, handle)));
+                            }
                         }
                     }
-                }
+                });
             }
             for (k, key, handle) in rooted.drain(..) {
                 let kid = &mut self.runs[k as usize];
@@ -650,27 +654,30 @@ impl<L: Layout> HeldBlocks<L> {
             run.keys_from(canon, L::KEYED, from, &mut keys);
             let reach = run.reach as usize;
             if from < reach {
-                let handles = &run.handles[from..reach];
-                let pos = run.pos0() + from as u32;
-                // Blocks whose key another reachable block of this worker shares (a salted
-                // twin) stay in the layout. They are a prefix: a twin's parent is at the key
-                // before, so it is shared too.
-                let mut shared = 0;
-                while !self.extra.is_empty() && shared < handles.len() {
-                    let at = (key_of::<L>(&keys, pos, shared), handles[shared]);
-                    match self.extra.get_mut(&at) {
-                        Some(n) if *n > 1 => *n -= 1,
-                        Some(_) => {
-                            self.extra.remove(&at);
+                handles::with_scratch(|handles: &mut Vec<L::Handle>| {
+                    run.handles.copy_range(from, reach, handles);
+                    let pos = run.pos0() + from as u32;
+                    // Blocks whose key another reachable block of this worker shares (a salted
+                    // twin) stay in the layout. They are a prefix: a twin's parent is at the key
+                    // before, so it is shared too.
+                    let mut shared = 0;
+                    while !self.extra.is_empty() && shared < handles.len() {
+                        let at = (key_of::<L>(&keys, pos, shared), handles[shared]);
+                        match self.extra.get_mut(&at) {
+                            Some(n) if *n > 1 => *n -= 1,
+                            Some(_) => {
+                                self.extra.remove(&at);
+                            }
+                            None => break,
                         }
-                        None => break,
+                        shared += 1;
                     }
-                    shared += 1;
-                }
-                let keys = keys.get(shared..).unwrap_or_default();
-                // SAFETY: `handles` are what `add_run` returned for these keys when the blocks
-                // became reachable, and the slot leaves those entries only here, once (I1).
-                unsafe { layout.remove_run(keys, &handles[shared..], self.slot, guard) };
+                    let keys = keys.get(shared..).unwrap_or_default();
+                    // SAFETY: `handles` are what `add_run` returned for these keys when the
+                    // blocks became reachable, and the slot leaves those entries only here, once
+                    // (I1).
+                    unsafe { layout.remove_run(keys, &handles[shared..], self.slot, guard) };
+                });
             }
             run.truncate_reach(canon, L::KEYED, from);
             if id != root {

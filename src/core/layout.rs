@@ -61,6 +61,16 @@ pub(crate) mod seam {
     use crate::scores::OverlapScores;
     use crate::types::{Block, LocalHash};
 
+    /// A handle whose successors in a stretch of blocks (the offsets of one tree node's edge)
+    /// follow from it: the core keeps a run's handles per stretch, not per block.
+    pub trait Stretch: Copy {
+        /// Whether `next` is the handle one block after `self` in the same stretch.
+        fn follows(self, next: Self) -> bool;
+
+        /// The handle `k` blocks after `self` in its stretch.
+        fn advance(self, k: u32) -> Self;
+    }
+
     /// Storage of entries -> workers, with lock-free reads.
     ///
     /// Writers for *different* slots may call `add` and `remove` concurrently, on the same entry
@@ -75,7 +85,7 @@ pub(crate) mod seam {
         /// that find entries by key; a tree node and an offset in its edge for the tree. The
         /// core keeps it with the block while the block is reachable, passes a parent's when
         /// adding children, and the layout trusts it.
-        type Handle: Copy + Eq + core::hash::Hash + Send + Sync + 'static;
+        type Handle: Stretch + Eq + core::hash::Hash + Send + Sync + 'static;
 
         /// The core's search that fits this layout.
         type Search: Search;

@@ -9,6 +9,7 @@ pub(crate) mod canon;
 mod child_list;
 mod cover;
 mod gf64;
+mod handles;
 mod held;
 pub(crate) mod layout;
 mod run;
@@ -25,7 +26,7 @@ pub(crate) use {
     canon::Key,
     cover::Cover,
     layout::QueryCtx,
-    layout::seam::{Checkpointed, JumpSearch, Search, Storage, Tree, Walk},
+    layout::seam::{Checkpointed, JumpSearch, Search, Storage, Stretch, Tree, Walk},
     slot_set::SlotSet,
     slots::Slot,
 };

@@ -11,6 +11,8 @@
 //! in place. Removing the last block shortens the run (and drops the holes that end up last).
 
 use super::canon::{Canon, Key};
+use super::handles::Handles;
+use super::layout::seam::Stretch;
 use crate::types::{Block, SeqHash};
 use std::collections::BTreeSet;
 
@@ -90,13 +92,13 @@ pub(super) struct Run<H> {
     canons: Vec<u64>,
     /// Canonical hash of block 0, when `reach > 0`.
     first: u64,
-    /// The layout's handle of every block below `reach`.
-    pub(super) handles: Vec<H>,
+    /// The layout's handle of every block below `reach`, per stretch.
+    pub(super) handles: Handles<H>,
     /// Canonical hash of block `reach - 1`, when `reach > 0`.
     pub(super) tip: u64,
 }
 
-impl<H: Copy> Run<H> {
+impl<H: Stretch> Run<H> {
     pub(super) fn new(parent: Option<SeqHash>, rooted: bool, anchor: Option<(Key, H)>) -> Self {
         Self {
             parent,
@@ -108,7 +110,7 @@ impl<H: Copy> Run<H> {
             anchor,
             canons: Vec::new(),
             first: 0,
-            handles: Vec::new(),
+            handles: Handles::new(),
             tip: 0,
         }
     }
@@ -150,7 +152,7 @@ impl<H: Copy> Run<H> {
                     pos: self.pos0() + n - 1,
                     canon: self.tip,
                 },
-                self.handles[n as usize - 1],
+                self.handles.get(n as usize - 1),
             )),
         }
     }
