@@ -97,16 +97,18 @@ impl<H: Stretch> Handles<H> {
             return;
         }
         let mut at = self.segments.partition_point(|s| s.start as usize <= from) - 1;
-        for i in from..to {
-            while self
+        let mut i = from;
+        while i < to {
+            let segment = self.segments[at];
+            let end = self
                 .segments
                 .get(at + 1)
-                .is_some_and(|s| s.start as usize <= i)
-            {
-                at += 1;
-            }
-            let segment = self.segments[at];
-            out.push(segment.first.advance(i as u32 - segment.start));
+                .map_or(self.len(), |next| next.start as usize)
+                .min(to);
+            let skip = (i - segment.start as usize) as u32;
+            out.extend((0..(end - i) as u32).map(|k| segment.first.advance(skip + k)));
+            i = end;
+            at += 1;
         }
     }
 
