@@ -162,10 +162,14 @@ pub(crate) unsafe fn retire(ptr: *mut (), free: unsafe fn(*mut ()), guard: &Guar
 pub(crate) fn flush(guard: &Guard) {
     let items = PENDING.with(|p| {
         let mut p = p.0.borrow_mut();
+        // Nothing retired since the last flush: keep the buffer and its room.
+        if p.is_empty() {
+            return None;
+        }
         let capacity = p.len();
-        std::mem::replace(&mut *p, Vec::with_capacity(capacity))
+        Some(std::mem::replace(&mut *p, Vec::with_capacity(capacity)))
     });
-    if !items.is_empty() {
+    if let Some(items) = items {
         defer_batch(items, guard);
     }
     GRAVEYARD.free_all();
