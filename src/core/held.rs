@@ -1,19 +1,16 @@
 //! Per-worker state: what one worker holds, in runs; validation; the reachability cascade.
 //!
 //! A worker's blocks live in [runs](super::run): a stored event extends the run its parent ends,
-//! or starts one. One map names every held seq's run and offset (16 bytes a block); runs that
-//! hang under a block in the middle of a run, or under a block that is not held (removed while
-//! its descendants stayed), are listed under that block's seq in `kids`, so a block that comes
-//! back finds its descendants in one lookup.
+//! or starts one. A table of [places](super::places) finds every held seq's run and offset in one
+//! probe (8 bytes a block: it stores places, not seqs, and checks a place against its run);
+//! runs that hang under a block in the middle of a run, or under a block that is not held
+//! (removed while its descendants stayed), are listed under that block's seq in `kids`, so a
+//! block that comes back finds its descendants in one lookup.
 //!
 //! An eviction (blocks removed from the end of a run) only shortens the run: the evicted
-//! blocks' entries stay in the map, *stale*, because a random write per block is most of what
-//! an eviction would cost otherwise. An entry counts only while its run still has that seq at
-//! that offset (`is_current`); every lookup checks. A sweep drops them all (and gives back the
-//! room): when the map would otherwise grow and a quarter of it is stale, and when stale
-//! entries outnumber the current ones four to one. So the map never holds more than the peak
-//! of held blocks it had room for anyway, shrinks as the worker does, and a sweep costs O(1)
-//! per stale entry it drops, amortized.
+//! blocks' entries stay in the table, as garbage that no lookup accepts, because a random write
+//! per block is most of what an eviction would cost otherwise; the table drops them when it
+//! rebuilds.
 //!
 //! # The reachable-only invariant
 //!
@@ -37,12 +34,12 @@ use super::canon::{Canon, Key};
 use super::child_list::ChildList;
 use super::handles;
 use super::layout::Layout;
+use super::places::Places;
 use super::run::{Loc, Run, RunId};
 use super::slots::Slot;
 use crate::error::EventError;
 use crate::types::{Block, Event, SeqHash, Worker};
 use foldhash::fast::RandomState;
-use std::collections::hash_map::Entry;
 use std::collections::{BTreeSet, HashMap, HashSet};
 
 type Map<K, V> = HashMap<K, V, RandomState>;
@@ -67,26 +64,11 @@ fn key_of<L: Layout>(keys: &[Key], pos: u32, i: usize) -> Key {
     }
 }
 
-/// Stale entries are swept only once there are this many, so that a small worker does not sweep
-/// at every eviction.
-const SWEEP_MIN: usize = 64;
-
-/// Whether the entry `seq -> loc` of a worker's map names where `seq` is now: its run has that
-/// seq at that offset. (Holes are kept exact, so the hole mark then is right too.)
-fn is_current<H>(runs: &[Run<H>], seq: SeqHash, loc: Loc) -> bool {
-    runs.get(loc.run as usize)
-        .and_then(|run| run.blocks.get(loc.off()))
-        .is_some_and(|block| block.seq == seq)
-}
-
 /// What one worker holds. Touched only under the worker's lock.
 pub(crate) struct HeldBlocks<L: Layout> {
     slot: Slot,
-    /// Every held seq, and every hole's, to its run and offset; and `stale` entries of evicted
-    /// blocks (see the module docs).
-    at: Map<SeqHash, Loc>,
-    /// Entries of `at` that are not current.
-    stale: usize,
+    /// Where every held seq is, and every hole's (see the module docs).
+    places: Places,
     /// Indexed by [`RunId`]; vacant slots are listed in `free`.
     runs: Vec<Run<L::Handle>>,
     free: Vec<RunId>,
@@ -95,7 +77,7 @@ pub(crate) struct HeldBlocks<L: Layout> {
     kids: Map<SeqHash, ChildList<RunId>>,
     /// Reachable blocks beyond the first at each key and handle (salted twins).
     extra: Map<(Key, L::Handle), u32>,
-    /// Holes in `at`.
+    /// Holes in the runs.
     holes: usize,
     /// Keys being attached or detached, kept between events so that events allocate nothing.
     scratch: Vec<Key>,
@@ -107,8 +89,7 @@ impl<L: Layout> HeldBlocks<L> {
     pub(crate) fn new(slot: Slot) -> Self {
         Self {
             slot,
-            at: Map::default(),
-            stale: 0,
+            places: Places::new(),
             runs: Vec::new(),
             free: Vec::new(),
             kids: Map::default(),
@@ -120,18 +101,27 @@ impl<L: Layout> HeldBlocks<L> {
     }
 
     pub(crate) fn block_count(&self) -> usize {
-        self.at.len() - self.holes - self.stale
+        self.places.live() - self.holes
     }
 
-    /// Holds nothing. (A hole is never last in its run, so then `at` has only stale entries.)
+    /// Holds nothing. (A hole is never last in its run, so then it has no hole either.)
     pub(crate) fn is_empty(&self) -> bool {
         self.block_count() == 0
     }
 
     /// Where the held block or hole `seq` is.
     fn place(&self, seq: SeqHash) -> Option<Loc> {
-        let loc = *self.at.get(&seq)?;
-        is_current(&self.runs, seq, loc).then_some(loc)
+        let loc = self.places.find(&self.runs, seq)?;
+        Some(self.hole_marked(loc))
+    }
+
+    /// `loc`, marked as a hole if its block is one.
+    fn hole_marked(&self, loc: Loc) -> Loc {
+        let holes = &self.runs[loc.run as usize].holes;
+        match !holes.is_empty() && holes.contains(&(loc.off() as u32)) {
+            true => loc.as_hole(),
+            false => loc,
+        }
     }
 
     /// Where the held block `seq` is.
@@ -229,9 +219,10 @@ impl<L: Layout> HeldBlocks<L> {
     /// block held elsewhere), which the exact path then takes with the contract's error order.
     ///
     /// Why no other check is needed when it returns `true`: the prefix's blocks are distinct
-    /// and differ from `parent` (they are consecutive offsets of one run, and `at` names one
-    /// place per seq), each new block was vacant in `at` when it went in, so it repeats neither
-    /// the parent, nor the prefix, nor a new block before it; and no block conflicts.
+    /// and differ from `parent` (they are consecutive offsets of one run, and a seq has one
+    /// place), each new block had no place and was claimed by no earlier new block when it was
+    /// filed, so it repeats neither the parent, nor the prefix, nor a new block before it; and
+    /// no block conflicts.
     fn store_fresh(
         &mut self,
         canon: &Canon,
@@ -279,30 +270,13 @@ impl<L: Layout> HeldBlocks<L> {
         };
         self.reserve(fresh.len());
         for (i, block) in fresh.iter().enumerate() {
+            // An entry naming a place this event just gave (in `id` before this block's) may be
+            // an earlier new block with the same seq: the exact path decides.
+            let claimed = |l: Loc| l.run == id && (off0..off0 + i).contains(&l.off());
             let loc = Loc::new(id, off0 + i);
-            let taken = match self.at.entry(block.seq) {
-                Entry::Vacant(v) => {
-                    v.insert(loc);
-                    false
-                }
-                Entry::Occupied(mut o) => {
-                    let old = *o.get();
-                    // A stale entry is as good as none, unless it names a place this event
-                    // just gave (in `id` before `loc`): then the seq may repeat an earlier new
-                    // block, and the exact path decides.
-                    let written_now = old.run == id && (off0..off0 + i).contains(&old.off());
-                    let taken = written_now || is_current(&self.runs, block.seq, old);
-                    if !taken {
-                        *o.get_mut() = loc;
-                        self.stale -= 1;
-                    }
-                    taken
-                }
-            };
-            if taken {
-                // Entries this event overwrote were stale: removing them is no loss.
-                for undo in &fresh[..i] {
-                    self.at.remove(&undo.seq);
+            if !self.places.claim(&self.runs, block.seq, loc, claimed) {
+                for (j, undo) in fresh[..i].iter().enumerate() {
+                    self.places.unclaim(undo.seq, Loc::new(id, off0 + j));
                 }
                 return false;
             }
@@ -361,16 +335,12 @@ impl<L: Layout> HeldBlocks<L> {
             return None;
         }
         let loc = Loc::new(prev.run, off);
-        let loc = match run.holes.contains(&(off as u32)) {
-            true => loc.as_hole(),
-            false => loc,
-        };
         debug_assert_eq!(
-            self.at.get(&seq),
-            Some(&loc),
-            "every block of a run is in `at`"
+            self.places.find(&self.runs, seq),
+            Some(loc),
+            "every block of a run has its place"
         );
-        Some(loc)
+        Some(self.hole_marked(loc))
     }
 
     /// Stores one validated block whose parent is `parent`, held at `cursor`, and which is at
@@ -397,7 +367,7 @@ impl<L: Layout> HeldBlocks<L> {
             }
             let run = &self.runs[loc.run as usize];
             if run.blocks[loc.off()].local == block.local && run.parent_of(loc.off()) == parent {
-                self.fill_hole(layout, guard, canon, loc, block.seq);
+                self.fill_hole(layout, guard, canon, loc);
                 return (loc.as_held(), false);
             }
             cut = true;
@@ -418,9 +388,7 @@ impl<L: Layout> HeldBlocks<L> {
         let run_blocks = &mut self.runs[loc.run as usize].blocks;
         run_blocks.reserve(rest);
         run_blocks.push(*block);
-        if self.at.insert(block.seq, loc).is_some() {
-            self.stale -= 1; // Not held, nor a hole: the entry was stale.
-        }
+        self.places.insert(&self.runs, block.seq, loc);
         if self.kids.contains_key(&block.seq) {
             // Runs that stayed held while this block was gone come back with it.
             self.runs[loc.run as usize].may_branch = true;
@@ -476,20 +444,12 @@ impl<L: Layout> HeldBlocks<L> {
         self.free.push(id);
     }
 
-    /// Stores the hole `loc` (of `seq`) back in place.
-    fn fill_hole(
-        &mut self,
-        layout: &L,
-        guard: &L::Guard<'_>,
-        canon: &Canon,
-        loc: Loc,
-        seq: SeqHash,
-    ) {
+    /// Stores the hole `loc` back in place.
+    fn fill_hole(&mut self, layout: &L, guard: &L::Guard<'_>, canon: &Canon, loc: Loc) {
         let run = &mut self.runs[loc.run as usize];
         let was_hole = run.holes.remove(&(loc.off() as u32));
         debug_assert!(was_hole, "a hole's offset is in its run's holes");
         self.holes -= 1;
-        self.at.insert(seq, loc.as_held());
         if run.rooted && run.reach as usize == loc.off() {
             self.attach(layout, guard, canon, loc.run);
         }
@@ -513,20 +473,15 @@ impl<L: Layout> HeldBlocks<L> {
         run.holes.remove(&(off as u32));
         let mut tail = Run::new(Some(seq), false, None);
         tail.may_branch = run.may_branch;
-        for (i, block) in tail_blocks.iter().enumerate() {
-            let moved = Loc::new(tail_id, i);
-            let moved = if tail_holes.contains(&(i as u32)) {
-                moved.as_hole()
-            } else {
-                moved
-            };
-            self.at.insert(block.seq, moved);
-        }
         tail.blocks = tail_blocks;
         tail.holes = tail_holes;
         self.runs[tail_id as usize] = tail;
+        for (i, block) in self.runs[tail_id as usize].blocks.iter().enumerate() {
+            let (from, to) = (Loc::new(loc.run, off + 1 + i), Loc::new(tail_id, i));
+            self.places.moved(&self.runs, block.seq, from, to);
+        }
         self.kids.entry(seq).or_default().push(tail_id);
-        self.at.remove(&seq);
+        self.places.vacated(1);
         self.holes -= 1;
         self.drop_trailing_holes(loc.run);
     }
@@ -540,8 +495,8 @@ impl<L: Layout> HeldBlocks<L> {
             .is_some_and(|&h| h as usize + 1 == run.blocks.len())
         {
             run.holes.pop_last();
-            let block = run.blocks.pop().expect("a hole is a block of its run");
-            self.at.remove(&block.seq);
+            run.blocks.pop();
+            self.places.vacated(1);
             self.holes -= 1;
         }
         if run.blocks.is_empty() {
@@ -712,7 +667,6 @@ impl<L: Layout> HeldBlocks<L> {
                     self.detach(layout, guard, canon, id, off);
                 }
                 self.runs[id as usize].holes.insert(off as u32);
-                self.at.insert(seq, loc.as_hole());
                 self.holes += 1;
                 continue;
             }
@@ -731,15 +685,13 @@ impl<L: Layout> HeldBlocks<L> {
             if from < self.runs[id as usize].reach as usize {
                 self.detach(layout, guard, canon, id, from);
             }
-            // The evicted blocks' entries stay, stale (see the module docs).
+            // The evicted blocks' entries stay, as garbage (see the module docs).
             let run = &mut self.runs[id as usize];
-            self.stale += run.len() - from;
+            self.places.vacated(run.len() - from);
             run.blocks.truncate(from);
             self.drop_trailing_holes(id);
         }
-        if self.stale > 4 * (self.at.len() - self.stale) && self.sweep_pays() {
-            self.sweep();
-        }
+        self.places.shrink_if_sparse(&self.runs);
         if missing.is_empty() {
             Ok(())
         } else {
@@ -747,43 +699,9 @@ impl<L: Layout> HeldBlocks<L> {
         }
     }
 
-    /// Makes room in `at` for `n` more entries: by a sweep rather than by growing the map when a
-    /// quarter of it is stale.
+    /// Makes room for `n` more places.
     fn reserve(&mut self, n: usize) {
-        if self.at.len() + n > self.at.capacity()
-            && 4 * self.stale >= self.at.len()
-            && self.sweep_pays()
-        {
-            self.sweep();
-        }
-        self.at.reserve(n);
-    }
-
-    /// Whether a sweep, which costs O(current entries + runs), drops enough to pay for itself:
-    /// the callers bound the current entries by the stale ones, this bounds the run table
-    /// (vacant runs included) and skips sweeps too small to matter.
-    fn sweep_pays(&self) -> bool {
-        self.stale >= SWEEP_MIN && self.runs.len() <= 4 * self.stale
-    }
-
-    /// Drops the stale entries of `at`, and gives back the room they took: builds the map anew
-    /// from the runs, which name every current entry, read in order (cheaper than visiting the
-    /// stale entries too, at random).
-    fn sweep(&mut self) {
-        let mut at = Map::with_capacity_and_hasher(self.at.len() - self.stale, Default::default());
-        for (id, run) in self.runs.iter().enumerate() {
-            let id = id as RunId;
-            at.extend(
-                (run.blocks.iter().enumerate()).map(|(off, block)| (block.seq, Loc::new(id, off))),
-            );
-            for &off in &run.holes {
-                let off = off as usize;
-                at.insert(run.blocks[off].seq, Loc::new(id, off).as_hole());
-            }
-        }
-        debug_assert_eq!(at.len(), self.at.len() - self.stale);
-        self.at = at;
-        self.stale = 0;
+        self.places.reserve(&self.runs, n);
     }
 
     /// Removes every reachable block from the layout, deepest first, and forgets everything.

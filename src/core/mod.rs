@@ -12,6 +12,7 @@ mod gf64;
 mod handles;
 mod held;
 pub(crate) mod layout;
+mod places;
 mod run;
 pub(crate) mod search;
 mod slot_set;

@@ -1,0 +1,307 @@
+//! Where a worker's seqs are: a hash table of places that stores no keys.
+//!
+//! A worker must find any seq it holds (a parent, a block to remove) in one probe. A map from
+//! seq to place stores the seq twice, once in the map and once in its run's blocks, which is why
+//! it was 16 bytes an entry. This table stores the place alone (8 bytes an entry) and is asked
+//! with the runs beside it: an entry *matches* a seq when the run block at its place is that
+//! seq. A worker holds a seq in one place at most (the core's invariant), so whichever matching
+//! entry a probe finds first names the only place there is.
+//!
+//! That makes every entry self-checking, so entries need not be exact. Evicting blocks from the
+//! end of a run leaves their entries behind (a write per block is most of what an eviction would
+//! cost otherwise), and an entry left behind can later point at another seq's place: it is then
+//! a duplicate of that seq's own entry, which is harmless, because a lookup accepts only a place
+//! that holds the seq it looks for. What the table must keep is *completeness*: every place that
+//! holds a block or a hole has an entry reachable under its seq's hash. Entries beyond that are
+//! garbage, counted as `len - live`; a rebuild from the runs, which name every place in order,
+//! drops them all whenever the table would grow and when garbage outnumbers the live entries
+//! four to one, so the table never holds more than the peak of live places it had room for.
+
+use super::run::{Loc, Run};
+use crate::types::SeqHash;
+use core::hash::BuildHasher;
+use foldhash::fast::RandomState;
+use hashbrown::HashTable;
+use hashbrown::hash_table::Entry;
+
+/// Garbage is dropped by a rebuild only once there is this much of it, so that a small worker
+/// does not rebuild at every eviction.
+const REBUILD_MIN: usize = 64;
+
+/// The block at `loc` of `runs`, if the run has one there.
+fn seq_at<H>(runs: &[Run<H>], loc: Loc) -> Option<SeqHash> {
+    let block = runs.get(loc.run as usize)?.blocks.get(loc.off())?;
+    Some(block.seq)
+}
+
+/// The hash an entry is filed under when the table moves it: that of the seq its place holds
+/// now (garbage then files under whatever it points at, which is as good as anywhere).
+fn rehasher<'a, H>(hasher: &'a RandomState, runs: &'a [Run<H>]) -> impl Fn(&Loc) -> u64 + 'a {
+    move |&loc| seq_at(runs, loc).map_or(0, |seq| hasher.hash_one(seq.0))
+}
+
+/// The places of one worker's seqs; see the module docs.
+#[derive(Debug)]
+pub(super) struct Places {
+    /// Places, each with no hole mark; see [`Loc`].
+    table: HashTable<Loc>,
+    hasher: RandomState,
+    /// Places of the runs that hold a block or a hole; the other entries are garbage.
+    live: usize,
+}
+
+impl Places {
+    pub(super) fn new() -> Self {
+        Self {
+            table: HashTable::new(),
+            hasher: RandomState::default(),
+            live: 0,
+        }
+    }
+
+    /// Places that hold a block or a hole.
+    pub(super) fn live(&self) -> usize {
+        self.live
+    }
+
+    fn hash(&self, seq: SeqHash) -> u64 {
+        self.hasher.hash_one(seq.0)
+    }
+
+    /// Where `seq` is (with no hole mark), if a run holds it.
+    pub(super) fn find<H>(&self, runs: &[Run<H>], seq: SeqHash) -> Option<Loc> {
+        let matches = |&loc: &Loc| seq_at(runs, loc) == Some(seq);
+        self.table.find(self.hash(seq), matches).copied()
+    }
+
+    /// Records that `seq` was just put at `loc`, a place that held nothing, where no other place
+    /// holds it. Room was made by [`Places::reserve`].
+    pub(super) fn insert<H>(&mut self, runs: &[Run<H>], seq: SeqHash, loc: Loc) {
+        debug_assert_eq!(seq_at(runs, loc), Some(seq), "the block is in its run");
+        let hash = self.hash(seq);
+        let rehash = rehasher(&self.hasher, runs);
+        self.table.insert_unique(hash, loc.as_held(), rehash);
+        self.live += 1;
+    }
+
+    /// Files `seq` at `loc`, which its event is about to fill, unless a run holds it already or
+    /// an earlier block of the event took it (`claimed`: the places this event filed so far).
+    /// Returns whether it was filed. The blocks are not in their run yet.
+    pub(super) fn claim<H>(
+        &mut self,
+        runs: &[Run<H>],
+        seq: SeqHash,
+        loc: Loc,
+        claimed: impl Fn(Loc) -> bool,
+    ) -> bool {
+        let hash = self.hash(seq);
+        let taken = |&l: &Loc| claimed(l) || seq_at(runs, l) == Some(seq);
+        let rehash = rehasher(&self.hasher, runs);
+        match self.table.entry(hash, taken, rehash) {
+            Entry::Occupied(_) => false,
+            Entry::Vacant(vacant) => {
+                vacant.insert(loc.as_held());
+                self.live += 1;
+                true
+            }
+        }
+    }
+
+    /// Takes back the entry [`Places::claim`] filed for `seq` at `loc`.
+    pub(super) fn unclaim(&mut self, seq: SeqHash, loc: Loc) {
+        let loc = loc.as_held();
+        if let Ok(entry) = self.table.find_entry(self.hash(seq), |&l| l == loc) {
+            entry.remove();
+            self.live -= 1;
+        }
+    }
+
+    /// Records that `seq` moved from `from` to `to` (a run cut in two; the runs show it at `to`
+    /// already).
+    pub(super) fn moved<H>(&mut self, runs: &[Run<H>], seq: SeqHash, from: Loc, to: Loc) {
+        let (from, to) = (from.as_held(), to.as_held());
+        let hash = self.hash(seq);
+        match self.table.find_mut(hash, |&l| l == from) {
+            Some(entry) => *entry = to,
+            None => {
+                // Completeness says every place has an entry under its seq; were one missing,
+                // filing the new place keeps the table complete all the same.
+                debug_assert!(false, "no entry for a place that held {seq:?}");
+                self.table
+                    .insert_unique(hash, to, rehasher(&self.hasher, runs));
+            }
+        }
+    }
+
+    /// Records that `n` places no longer hold anything. Their entries stay, as garbage.
+    pub(super) fn vacated(&mut self, n: usize) {
+        self.live -= n;
+    }
+
+    /// Makes room for `n` more entries: by a rebuild, which drops the garbage and grows the
+    /// table if it must.
+    pub(super) fn reserve<H>(&mut self, runs: &[Run<H>], n: usize) {
+        if self.table.len() + n > self.table.capacity() {
+            // Room for a quarter more than is live, so that rebuilds are O(1) a place, amortized.
+            self.rebuild(runs, self.live + n + self.live / 4);
+        }
+    }
+
+    /// Drops the garbage once it outnumbers the live entries four to one and is worth a rebuild,
+    /// which costs O(places + runs) (vacant runs included, hence the second bound).
+    pub(super) fn shrink_if_sparse<H>(&mut self, runs: &[Run<H>]) {
+        let garbage = self.table.len() - self.live;
+        if garbage > 4 * self.live && garbage >= REBUILD_MIN && runs.len() <= 4 * garbage {
+            self.rebuild(runs, self.live);
+        }
+    }
+
+    /// Builds the table anew from the runs, with room for `capacity` entries: one entry per
+    /// place, read in order (cheaper than visiting every entry, garbage included, at random).
+    fn rebuild<H>(&mut self, runs: &[Run<H>], capacity: usize) {
+        let mut table = HashTable::with_capacity(capacity);
+        let rehash = rehasher(&self.hasher, runs);
+        for (id, run) in runs.iter().enumerate() {
+            for (off, block) in run.blocks.iter().enumerate() {
+                let loc = Loc::new(id as u32, off);
+                table.insert_unique(self.hash(block.seq), loc, &rehash);
+            }
+        }
+        debug_assert_eq!(table.len(), self.live, "the runs hold every live place");
+        self.table = table;
+    }
+
+    /// Bytes of the table's allocation.
+    #[cfg(test)]
+    fn allocation_size(&self) -> usize {
+        self.table.allocation_size()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::layout::seam::Stretch;
+    use super::*;
+    use crate::types::{Block, LocalHash};
+
+    #[derive(Clone, Copy, Debug)]
+    struct NoHandle;
+
+    impl Stretch for NoHandle {
+        fn follows(self, _: NoHandle) -> bool {
+            true
+        }
+        fn advance(self, _: u32) -> NoHandle {
+            NoHandle
+        }
+    }
+
+    /// Appends `seqs` to run `id` (making runs up to it) and files them.
+    fn push(places: &mut Places, runs: &mut Vec<Run<NoHandle>>, id: usize, seqs: &[u64]) {
+        while runs.len() <= id {
+            runs.push(Run::vacant());
+        }
+        places.reserve(runs, seqs.len());
+        for &seq in seqs {
+            let off = runs[id].blocks.len();
+            runs[id]
+                .blocks
+                .push(Block::new(LocalHash(seq), SeqHash(seq)));
+            places.insert(runs, SeqHash(seq), Loc::new(id as u32, off));
+        }
+    }
+
+    #[test]
+    fn finds_every_place_and_nothing_else() {
+        let (mut places, mut runs) = (Places::new(), Vec::new());
+        push(&mut places, &mut runs, 0, &[10, 11, 12]);
+        push(&mut places, &mut runs, 2, &[20, 21]);
+        assert_eq!(places.find(&runs, SeqHash(12)), Some(Loc::new(0, 2)));
+        assert_eq!(places.find(&runs, SeqHash(21)), Some(Loc::new(2, 1)));
+        assert_eq!(places.find(&runs, SeqHash(13)), None);
+        assert_eq!(places.live(), 5);
+    }
+
+    #[test]
+    fn an_evicted_place_reused_by_another_seq_answers_for_that_seq_only() {
+        let (mut places, mut runs) = (Places::new(), Vec::new());
+        push(&mut places, &mut runs, 0, &[1, 2, 3]);
+        // Evict 2 and 3; their entries stay, as garbage.
+        runs[0].blocks.truncate(1);
+        places.vacated(2);
+        assert_eq!(places.find(&runs, SeqHash(2)), None);
+        assert_eq!(places.find(&runs, SeqHash(3)), None);
+        // 7 takes 2's old place: the garbage entry points at it, and must not answer for 2.
+        push(&mut places, &mut runs, 0, &[7]);
+        assert_eq!(places.find(&runs, SeqHash(7)), Some(Loc::new(0, 1)));
+        assert_eq!(places.find(&runs, SeqHash(2)), None);
+        assert_eq!(places.live(), 2);
+    }
+
+    #[test]
+    fn claims_refuse_held_seqs_and_repeats_within_an_event() {
+        let (mut places, mut runs) = (Places::new(), Vec::new());
+        push(&mut places, &mut runs, 0, &[1, 2]);
+        places.reserve(&runs, 3);
+        let none = |_: Loc| false;
+        assert!(
+            !places.claim(&runs, SeqHash(2), Loc::new(1, 0), none),
+            "held"
+        );
+        assert!(places.claim(&runs, SeqHash(5), Loc::new(1, 0), none));
+        // The event's blocks are not in their run yet: only `claimed` sees the first 5.
+        let first = |l: Loc| l == Loc::new(1, 0);
+        assert!(
+            !places.claim(&runs, SeqHash(5), Loc::new(1, 1), first),
+            "repeat"
+        );
+        places.unclaim(SeqHash(5), Loc::new(1, 0));
+        assert_eq!(places.live(), 2);
+        assert!(
+            places.claim(&runs, SeqHash(5), Loc::new(1, 0), none),
+            "unclaimed"
+        );
+    }
+
+    #[test]
+    fn a_moved_place_is_found_at_its_new_place() {
+        let (mut places, mut runs) = (Places::new(), Vec::new());
+        push(&mut places, &mut runs, 0, &[1, 2, 3]);
+        let tail = runs[0].blocks.split_off(2);
+        runs[0].blocks.pop();
+        runs.push(Run::vacant());
+        runs[1].blocks = tail;
+        places.vacated(1);
+        places.moved(&runs, SeqHash(3), Loc::new(0, 2), Loc::new(1, 0));
+        assert_eq!(places.find(&runs, SeqHash(3)), Some(Loc::new(1, 0)));
+        assert_eq!(places.find(&runs, SeqHash(2)), None);
+        assert_eq!(places.live(), 2);
+    }
+
+    #[test]
+    fn garbage_is_dropped_and_an_entry_costs_nine_bytes() {
+        let (mut places, mut runs) = (Places::new(), Vec::new());
+        let seqs: Vec<u64> = (0..10_000).collect();
+        push(&mut places, &mut runs, 0, &seqs);
+        // 8 bytes and a control byte a bucket, at a load of 1/2 to 7/8.
+        let per_entry = places.allocation_size() as f64 / places.live() as f64;
+        assert!(
+            (9.0..=18.5).contains(&per_entry),
+            "{per_entry} bytes an entry"
+        );
+        // Evict nearly everything: the table shrinks to what is live.
+        runs[0].blocks.truncate(100);
+        places.vacated(9_900);
+        places.shrink_if_sparse(&runs);
+        assert_eq!(places.table.len(), 100, "garbage dropped");
+        assert!(
+            places.allocation_size() < 4096,
+            "{} bytes",
+            places.allocation_size()
+        );
+        for seq in 0..10_000 {
+            let want = (seq < 100).then(|| Loc::new(0, seq as usize));
+            assert_eq!(places.find(&runs, SeqHash(seq)), want);
+        }
+    }
+}
