@@ -141,9 +141,18 @@ impl Places {
     /// Makes room for `n` more entries: by a rebuild, which drops the garbage and grows the
     /// table if it must.
     pub(super) fn reserve<H>(&mut self, runs: &[Run<H>], n: usize) {
-        if self.table.len() + n > self.table.capacity() {
-            // Room for a quarter more than is live, so that rebuilds are O(1) a place, amortized.
-            self.rebuild(runs, self.live + n + self.live / 4);
+        let capacity = self.table.capacity();
+        if self.table.len() + n > capacity {
+            // The same size when dropping the garbage frees an eighth of it, else at least twice
+            // the size: either way the next rebuild is an eighth of the table away, so rebuilds
+            // cost O(1) a place, amortized, and the table doubles only when the live places
+            // need it (growing by more would double it early, at twice the bytes).
+            let want = self.live + n;
+            let room = match want + capacity / 8 <= capacity {
+                true => capacity,
+                false => want.max(capacity + 1),
+            };
+            self.rebuild(runs, room);
         }
     }
 
