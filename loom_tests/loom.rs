@@ -12,13 +12,9 @@ use crate::{Block, LocalHash, SeqHash};
 use loom::sync::Arc;
 use loom::thread;
 
-fn run(locals: &[u64]) -> (Vec<Key>, Vec<Block>) {
+fn run(locals: &[u64]) -> (Vec<Key>, Vec<LocalHash>) {
     let keys = vec![Key { pos: 0, canon: 0 }; locals.len()];
-    let blocks = locals
-        .iter()
-        .map(|&l| Block::new(LocalHash(l), SeqHash(l)))
-        .collect();
-    (keys, blocks)
+    (keys, locals.iter().map(|&l| LocalHash(l)).collect())
 }
 
 /// Adds `slot` to the run `locals` from the root; returns its handles.

@@ -183,7 +183,7 @@ pub type ArrayIndexerOf<const DEPTH: usize> = Indexer<PositionArray<DEPTH>>;
 mod tests {
     use super::*;
     use crate::index_core::{Checkpointed, Storage, Tree};
-    use crate::types::{Block, LocalHash, SeqHash};
+    use crate::types::LocalHash;
 
     #[test]
     fn checkpoints_below_and_beyond_the_depth_find_their_nodes() {
@@ -191,9 +191,7 @@ mod tests {
         let layout = PositionArray::<{ 2 * STRIDE as usize }>::new();
         let guard = layout.guard();
         let n = 5 * STRIDE as usize + 3;
-        let blocks: Vec<Block> = (0..n as u64)
-            .map(|i| Block::new(LocalHash(i), SeqHash(i)))
-            .collect();
+        let blocks: Vec<LocalHash> = (0..n as u64).map(LocalHash).collect();
         let keys: Vec<Key> = (0..n as u32)
             .map(|pos| Key {
                 pos,

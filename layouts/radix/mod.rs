@@ -63,13 +63,10 @@ pub type RadixIndexer = Indexer<RadixTree>;
 mod tests {
     use super::*;
     use crate::index_core::{Key, Storage, Tree};
-    use crate::types::{Block, LocalHash, SeqHash};
+    use crate::types::LocalHash;
 
-    fn blocks(locals: &[u64]) -> Vec<Block> {
-        locals
-            .iter()
-            .map(|&l| Block::new(LocalHash(l), SeqHash(l)))
-            .collect()
+    fn blocks(locals: &[u64]) -> Vec<LocalHash> {
+        locals.iter().map(|&l| LocalHash(l)).collect()
     }
 
     fn keys(n: usize) -> Vec<Key> {

@@ -41,7 +41,7 @@ pub(crate) use node::{Node, NodePtr, Spot};
 
 use crate::index_core::{Checkpointed, Cover, Key, Search, Slot, Storage, Tree};
 use crate::sync::atomic::{AtomicU64, Ordering};
-use crate::types::{Block, LocalHash};
+use crate::types::LocalHash;
 use crossbeam_epoch::Guard;
 #[cfg(not(loom))]
 use std::cell::Cell;
@@ -232,9 +232,8 @@ impl<T: AsTree> Storage for T {
         guard: &Self::Guard<'_>,
     ) -> (Spot, bool) {
         let mut handle = Vec::with_capacity(1);
-        let block = Block::new(local, crate::types::SeqHash(0));
         // SAFETY: the caller's contract, for a run of one block.
-        let twins = unsafe { self.add_run(parent, &[key], &[block], slot, guard, &mut handle) };
+        let twins = unsafe { self.add_run(parent, &[key], &[local], slot, guard, &mut handle) };
         (handle[0], twins == 0)
     }
 
@@ -244,11 +243,23 @@ impl<T: AsTree> Storage for T {
         true
     }
 
+    unsafe fn stretch_locals<'g>(
+        &'g self,
+        first: Spot,
+        n: u32,
+        _: &'g Self::Guard<'_>,
+    ) -> &'g [LocalHash] {
+        // SAFETY: the caller's worker is in the node (I1), so it is linked and allocated while
+        // the guard is.
+        let node = unsafe { first.node() };
+        &node.edge()[first.off as usize..(first.off + n) as usize]
+    }
+
     unsafe fn add_run(
         &self,
         parent: Option<Spot>,
         keys: &[Key],
-        blocks: &[Block],
+        locals: &[LocalHash],
         slot: Slot,
         guard: &Self::Guard<'_>,
         handles: &mut Vec<Spot>,
@@ -270,10 +281,10 @@ impl<T: AsTree> Storage for T {
                 all_held = held == to - from;
             }
         };
-        handles.reserve(blocks.len());
-        let mut rest = blocks;
+        handles.reserve(locals.len());
+        let mut rest = locals;
         while let Some(first) = rest.first() {
-            let (at, to) = if node.edge().get(off as usize) == Some(&first.local) {
+            let (at, to) = if node.edge().get(off as usize) == Some(first) {
                 // On along an edge this worker is in (I1): it stays linked, one cutoff to raise.
                 let to = off + follow(&node.edge()[off as usize..], rest);
                 held_before(off, to, node.raise_own(slot, to, epoch));
@@ -281,14 +292,14 @@ impl<T: AsTree> Storage for T {
             } else {
                 let key = ChildKey {
                     at: off,
-                    local: first.local,
+                    local: *first,
                 };
                 // A new edge stops at the next checkpoint; one starting at a checkpoint is
                 // indexed under its first block's key.
                 let (cap, anchor) = match T::Index::STRIDE {
                     0 => (rest.len(), None),
                     stride => {
-                        let first_key = keys[blocks.len() - rest.len()];
+                        let first_key = keys[locals.len() - rest.len()];
                         let into = first_key.pos % stride;
                         let cap = rest.len().min((stride - into) as usize);
                         (cap, (into == 0).then_some(first_key))
@@ -298,7 +309,7 @@ impl<T: AsTree> Storage for T {
                     key,
                     slot,
                     |edge| follow(edge, rest),
-                    || rest[..cap].iter().map(|b| b.local).collect(),
+                    || rest[..cap].into(),
                     anchor,
                     |child| {
                         if let Some(anchor) = anchor {
@@ -407,10 +418,10 @@ impl<T: AsTree> Checkpointed for T {
     }
 }
 
-/// How many of `blocks` follow `edge` from its start.
-fn follow(edge: &[LocalHash], blocks: &[Block]) -> u32 {
+/// How many of `locals` follow `edge` from its start.
+fn follow(edge: &[LocalHash], locals: &[LocalHash]) -> u32 {
     edge.iter()
-        .zip(blocks)
-        .take_while(|(local, block)| **local == block.local)
+        .zip(locals)
+        .take_while(|(edge, local)| edge == local)
         .count() as u32
 }

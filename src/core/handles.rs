@@ -90,9 +90,9 @@ impl<H: Stretch> Handles<H> {
         }
     }
 
-    /// Writes the handles of blocks `from..to` to `out` (cleared first).
-    pub(super) fn copy_range(&self, from: usize, to: usize, out: &mut Vec<H>) {
-        out.clear();
+    /// Calls `f(first, n)` for each stretch of blocks `from..to`, in order: the handle of its
+    /// first block in the range, and how many blocks of the range it has.
+    pub(super) fn stretches(&self, from: usize, to: usize, mut f: impl FnMut(H, u32)) {
         if from >= to {
             return;
         }
@@ -106,10 +106,18 @@ impl<H: Stretch> Handles<H> {
                 .map_or(self.len(), |next| next.start as usize)
                 .min(to);
             let skip = (i - segment.start as usize) as u32;
-            out.extend((0..(end - i) as u32).map(|k| segment.first.advance(skip + k)));
+            f(segment.first.advance(skip), (end - i) as u32);
             i = end;
             at += 1;
         }
+    }
+
+    /// Writes the handles of blocks `from..to` to `out` (cleared first).
+    pub(super) fn copy_range(&self, from: usize, to: usize, out: &mut Vec<H>) {
+        out.clear();
+        self.stretches(from, to, |first, n| {
+            out.extend((0..n).map(|k| first.advance(k)));
+        });
     }
 
     /// Keeps the handles of blocks `0..n` only.

@@ -38,7 +38,7 @@ use super::places::Places;
 use super::run::{Loc, Run, RunId};
 use super::slots::Slot;
 use crate::error::EventError;
-use crate::types::{Block, Event, SeqHash, Worker};
+use crate::types::{Block, Event, LocalHash, SeqHash, Worker};
 use foldhash::fast::RandomState;
 use std::collections::{BTreeSet, HashMap, HashSet};
 
@@ -53,6 +53,8 @@ std::thread_local! {
     static SEEN: core::cell::Cell<HashSet<SeqHash, RandomState>> = core::cell::Cell::default();
     /// Where the blocks of the event being stored were when it was validated.
     static FOUND: core::cell::Cell<Vec<Option<Loc>>> = core::cell::Cell::default();
+    /// Local hashes of blocks being detached, read from the layout.
+    static LOCALS: core::cell::Cell<Vec<LocalHash>> = core::cell::Cell::default();
 }
 
 /// Key `i` of the blocks from position `pos` on: `keys[i]` for a layout that finds entries by
@@ -148,7 +150,7 @@ impl<L: Layout> HeldBlocks<L> {
                 None => return Err(EventError::UnknownParent { parent: p }),
             },
         };
-        if self.store_fresh(canon, cursor, parent, blocks) {
+        if self.store_fresh(layout, guard, canon, cursor, parent, blocks) {
             self.attach_pending(layout, guard, canon);
             return Ok(());
         }
@@ -169,7 +171,7 @@ impl<L: Layout> HeldBlocks<L> {
             after = loc.filter(|loc| !loc.is_hole());
             if let Some(loc) = after {
                 let run = &self.runs[loc.run as usize];
-                if run.blocks[loc.off()].local != block.local
+                if run.local_at(layout, guard, loc.off()) != block.local
                     || run.parent_of(loc.off()) != block_parent
                 {
                     FOUND.set(found);
@@ -225,6 +227,8 @@ impl<L: Layout> HeldBlocks<L> {
     /// no block conflicts.
     fn store_fresh(
         &mut self,
+        layout: &L,
+        guard: &L::Guard<'_>,
         canon: &Canon,
         cursor: Option<Loc>,
         parent: Option<SeqHash>,
@@ -245,7 +249,9 @@ impl<L: Layout> HeldBlocks<L> {
                 },
             };
             let Some(loc) = loc else { break };
-            if loc.is_hole() || self.runs[loc.run as usize].blocks[loc.off()].local != block.local {
+            if loc.is_hole()
+                || self.runs[loc.run as usize].local_at(layout, guard, loc.off()) != block.local
+            {
                 return false;
             }
             after = Some(loc);
@@ -286,11 +292,11 @@ impl<L: Layout> HeldBlocks<L> {
             n => Some(blocks[n - 1].seq),
         };
         if extends.is_none() {
-            let new = self.new_run(canon, block_parent, after);
+            let new = self.new_run(layout, guard, canon, block_parent, after);
             debug_assert_eq!(new, id, "the run id `at` was given");
         }
         let run = &mut self.runs[id as usize];
-        run.blocks.extend_from_slice(fresh);
+        run.extend(fresh);
         if !self.kids.is_empty() && fresh.iter().any(|b| self.kids.contains_key(&b.seq)) {
             // Runs that stayed held while one of these blocks was gone come back with it.
             run.may_branch = true;
@@ -331,7 +337,7 @@ impl<L: Layout> HeldBlocks<L> {
     fn next_in_run(&self, prev: Loc, seq: SeqHash) -> Option<Loc> {
         let run = &self.runs[prev.run as usize];
         let off = prev.off() + 1;
-        if run.blocks.get(off)?.seq != seq {
+        if *run.seqs.get(off)? != seq {
             return None;
         }
         let loc = Loc::new(prev.run, off);
@@ -366,7 +372,9 @@ impl<L: Layout> HeldBlocks<L> {
                 return (loc, false); // Held already, validated as the same block: a replay.
             }
             let run = &self.runs[loc.run as usize];
-            if run.blocks[loc.off()].local == block.local && run.parent_of(loc.off()) == parent {
+            if run.local_at(layout, guard, loc.off()) == block.local
+                && run.parent_of(loc.off()) == parent
+            {
                 self.fill_hole(layout, guard, canon, loc);
                 return (loc.as_held(), false);
             }
@@ -382,12 +390,12 @@ impl<L: Layout> HeldBlocks<L> {
                 // The parent ends its run: the block extends it (a decode step).
                 Loc::new(c.run, c.off() + 1)
             }
-            _ => Loc::new(self.new_run(canon, parent, cursor), 0),
+            _ => Loc::new(self.new_run(layout, guard, canon, parent, cursor), 0),
         };
         // A run grows by the rest of its event at once, not by doubling from empty.
-        let run_blocks = &mut self.runs[loc.run as usize].blocks;
-        run_blocks.reserve(rest);
-        run_blocks.push(*block);
+        let run = &mut self.runs[loc.run as usize];
+        run.reserve(rest);
+        run.extend(core::slice::from_ref(block));
         self.places.insert(&self.runs, block.seq, loc);
         if self.kids.contains_key(&block.seq) {
             // Runs that stayed held while this block was gone come back with it.
@@ -400,14 +408,21 @@ impl<L: Layout> HeldBlocks<L> {
     }
 
     /// A new, empty run under `parent`, which is held at `cursor` (`None`: a root run).
-    fn new_run(&mut self, canon: &Canon, parent: Option<SeqHash>, cursor: Option<Loc>) -> RunId {
+    fn new_run(
+        &mut self,
+        layout: &L,
+        guard: &L::Guard<'_>,
+        canon: &Canon,
+        parent: Option<SeqHash>,
+        cursor: Option<Loc>,
+    ) -> RunId {
         let (rooted, anchor) = match cursor {
             None => (true, None),
             Some(c) => {
                 let under = &mut self.runs[c.run as usize];
                 under.may_branch = true;
                 if c.off() < under.reach as usize {
-                    let key = under.key_at(canon, L::KEYED, c.off());
+                    let key = under.key_at(layout, guard, canon, c.off());
                     (true, Some((key, under.handles.get(c.off()))))
                 } else {
                     (false, None)
@@ -432,7 +447,7 @@ impl<L: Layout> HeldBlocks<L> {
     /// Frees the empty run `id`.
     fn delete_run(&mut self, id: RunId) {
         let run = std::mem::replace(&mut self.runs[id as usize], Run::vacant());
-        debug_assert!(run.blocks.is_empty());
+        debug_assert_eq!(run.len(), 0);
         if let Some(p) = run.parent
             && let Some(list) = self.kids.get_mut(&p)
         {
@@ -462,8 +477,8 @@ impl<L: Layout> HeldBlocks<L> {
         let off = loc.off();
         let run = &mut self.runs[loc.run as usize];
         debug_assert!(run.reach as usize <= off, "a hole is not reachable");
-        let tail_blocks = run.blocks.split_off(off + 1);
-        run.blocks.pop();
+        let (tail_seqs, tail_locals) = run.split_off(off);
+        run.truncate(off);
         let tail_holes: BTreeSet<u32> = run
             .holes
             .split_off(&(off as u32 + 1))
@@ -471,14 +486,13 @@ impl<L: Layout> HeldBlocks<L> {
             .map(|h| h - off as u32 - 1)
             .collect();
         run.holes.remove(&(off as u32));
-        let mut tail = Run::new(Some(seq), false, None);
+        let mut tail = Run::unrooted(seq, tail_seqs, tail_locals);
         tail.may_branch = run.may_branch;
-        tail.blocks = tail_blocks;
         tail.holes = tail_holes;
         self.runs[tail_id as usize] = tail;
-        for (i, block) in self.runs[tail_id as usize].blocks.iter().enumerate() {
+        for (i, &moved) in self.runs[tail_id as usize].seqs.iter().enumerate() {
             let (from, to) = (Loc::new(loc.run, off + 1 + i), Loc::new(tail_id, i));
-            self.places.moved(&self.runs, block.seq, from, to);
+            self.places.moved(&self.runs, moved, from, to);
         }
         self.kids.entry(seq).or_default().push(tail_id);
         self.places.vacated(1);
@@ -492,14 +506,14 @@ impl<L: Layout> HeldBlocks<L> {
         while run
             .holes
             .last()
-            .is_some_and(|&h| h as usize + 1 == run.blocks.len())
+            .is_some_and(|&h| h as usize + 1 == run.len())
         {
             run.holes.pop_last();
-            run.blocks.pop();
+            run.truncate(run.len() - 1);
             self.places.vacated(1);
             self.holes -= 1;
         }
-        if run.blocks.is_empty() {
+        if run.len() == 0 {
             self.delete_run(id);
         }
     }
@@ -522,22 +536,16 @@ impl<L: Layout> HeldBlocks<L> {
                 // A layout that ignores keys gets none: the core then rolls no canonical hashes
                 // and writes nothing per block here.
                 let pos = tip.map_or(0, |(key, _)| key.pos + 1);
+                // The blocks from `reach` on are unreachable: their local hashes are the run's.
+                let locals = &run.unreachable[..end - from];
                 if L::KEYED {
-                    let locals = run.blocks[from..end].iter().map(|block| block.local);
-                    canon.children(tip.map(|(key, _)| key), locals, &mut keys);
+                    canon.children(tip.map(|(key, _)| key), locals.iter().copied(), &mut keys);
                 }
                 handles::with_scratch(|added: &mut Vec<L::Handle>| {
                     // SAFETY: the tip's handle is kept only while its block is reachable, and a
                     // reachable block's entry holds this worker's slot (I1).
                     let twins = unsafe {
-                        layout.add_run(
-                            tip.map(|(_, h)| h),
-                            &keys,
-                            &run.blocks[from..end],
-                            self.slot,
-                            guard,
-                            added,
-                        )
+                        layout.add_run(tip.map(|(_, h)| h), &keys, locals, self.slot, guard, added)
                     };
                     run.handles.extend(added);
                     for (i, handle) in added.iter().enumerate().take(twins) {
@@ -546,10 +554,9 @@ impl<L: Layout> HeldBlocks<L> {
                             .entry((key_of::<L>(&keys, pos, i), *handle))
                             .or_insert(0) += 1;
                     }
-                    run.attached(end - from, &keys);
                     if run.may_branch {
-                        for (i, block) in run.blocks[from..end].iter().enumerate() {
-                            if let Some(list) = self.kids.get(&block.seq) {
+                        for (i, seq) in run.seqs[from..end].iter().enumerate() {
+                            if let Some(list) = self.kids.get(seq) {
                                 let handle = added[i];
                                 let key = key_of::<L>(&keys, pos, i);
                                 rooted.extend(list.as_slice().iter().map(|&k| (k, key, handle)));
@@ -557,6 +564,7 @@ impl<L: Layout> HeldBlocks<L> {
                         }
                     }
                 });
+                run.attached(end - from, &keys);
             }
             for (k, key, handle) in rooted.drain(..) {
                 let kid = &mut self.runs[k as usize];
@@ -573,6 +581,8 @@ impl<L: Layout> HeldBlocks<L> {
 
     /// Detaches the reachable blocks of run `root` from `from` on, and every run under them:
     /// runs below before the runs above them, each from its end, one layout call per run.
+    /// With `keep_root` false, the root's blocks from `from` on are dropped with their reach
+    /// (an eviction, or a clear), so their local hashes are not read back from the layout.
     fn detach(
         &mut self,
         layout: &L,
@@ -580,6 +590,7 @@ impl<L: Layout> HeldBlocks<L> {
         canon: &Canon,
         root: RunId,
         from: usize,
+        keep_root: bool,
     ) {
         // The runs below, in pre-order (each after the run it hangs under); detached in reverse,
         // then the root. Nothing is allocated when no run hangs below.
@@ -589,8 +600,8 @@ impl<L: Layout> HeldBlocks<L> {
         while let Some((id, from)) = next {
             let run = &self.runs[id as usize];
             if run.may_branch {
-                for block in &run.blocks[from..run.reach as usize] {
-                    if let Some(list) = self.kids.get(&block.seq) {
+                for seq in &run.seqs[from..run.reach as usize] {
+                    if let Some(list) = self.kids.get(seq) {
                         below.extend_from_slice(list.as_slice());
                     }
                 }
@@ -599,15 +610,27 @@ impl<L: Layout> HeldBlocks<L> {
             i += 1;
         }
         let mut keys = std::mem::take(&mut self.scratch);
+        let mut locals = LOCALS.take();
         for (id, from) in below
             .into_iter()
             .rev()
             .map(|k| (k, 0))
             .chain([(root, from)])
         {
+            let keep = id != root || keep_root;
             let run = &mut self.runs[id as usize];
-            run.keys_from(canon, L::KEYED, from, &mut keys);
             let reach = run.reach as usize;
+            // The detached blocks' local hashes, read from the layout while their entries hold
+            // the slot: for their keys (rolled from the checkpoint before them) and to keep.
+            let base = match L::KEYED {
+                true => Run::<L::Handle>::keys_base(from),
+                false => from,
+            };
+            locals.clear();
+            if from < reach && (L::KEYED || keep) {
+                run.locals(layout, guard, base, reach, &mut locals);
+            }
+            run.keys_from(canon, L::KEYED, from, &locals, &mut keys);
             if from < reach {
                 handles::with_scratch(|handles: &mut Vec<L::Handle>| {
                     run.handles.copy_range(from, reach, handles);
@@ -634,12 +657,14 @@ impl<L: Layout> HeldBlocks<L> {
                     unsafe { layout.remove_run(keys, &handles[shared..], self.slot, guard) };
                 });
             }
-            run.truncate_reach(canon, L::KEYED, from);
+            let kept = keep.then(|| locals.get(from - base..).unwrap_or_default());
+            run.truncate_reach(layout, guard, canon, from, kept);
             if id != root {
                 run.rooted = false;
                 run.anchor = None;
             }
         }
+        LOCALS.set(locals);
         self.scratch = keys;
     }
 
@@ -664,7 +689,7 @@ impl<L: Layout> HeldBlocks<L> {
                 // Its descendants stay held (the contract): the rest of its run after the hole,
                 // and the runs under it in `kids`, waiting for it.
                 if off < self.runs[id as usize].reach as usize {
-                    self.detach(layout, guard, canon, id, off);
+                    self.detach(layout, guard, canon, id, off, true);
                 }
                 self.runs[id as usize].holes.insert(off as u32);
                 self.holes += 1;
@@ -676,19 +701,18 @@ impl<L: Layout> HeldBlocks<L> {
             let run = &self.runs[id as usize];
             let mut from = off;
             while from > 0
-                && seqs.get(next) == Some(&run.blocks[from - 1].seq)
+                && seqs.get(next) == Some(&run.seqs[from - 1])
                 && !run.holes.contains(&(from as u32 - 1))
             {
                 from -= 1;
                 next += 1;
             }
-            if from < self.runs[id as usize].reach as usize {
-                self.detach(layout, guard, canon, id, from);
-            }
             // The evicted blocks' entries stay, as garbage (see the module docs).
-            let run = &mut self.runs[id as usize];
             self.places.vacated(run.len() - from);
-            run.blocks.truncate(from);
+            if from < run.reach as usize {
+                self.detach(layout, guard, canon, id, from, false);
+            }
+            self.runs[id as usize].truncate(from);
             self.drop_trailing_holes(id);
         }
         self.places.shrink_if_sparse(&self.runs);
@@ -711,7 +735,7 @@ impl<L: Layout> HeldBlocks<L> {
         for id in 0..self.runs.len() {
             let run = &self.runs[id];
             if run.reach > 0 && run.anchor.is_none() {
-                self.detach(layout, guard, canon, id as RunId, 0);
+                self.detach(layout, guard, canon, id as RunId, 0, false);
             }
         }
         debug_assert!(self.runs.iter().all(|run| run.reach == 0));
@@ -720,17 +744,25 @@ impl<L: Layout> HeldBlocks<L> {
     }
 
     /// Events that rebuild this worker's reachable blocks, parents first: one per run.
-    pub(crate) fn dump(&self, worker: Worker, out: &mut Vec<Event>) {
+    pub(crate) fn dump(
+        &self,
+        layout: &L,
+        guard: &L::Guard<'_>,
+        worker: Worker,
+        out: &mut Vec<Event>,
+    ) {
         let mut reachable: Vec<&Run<L::Handle>> =
             self.runs.iter().filter(|run| run.reach > 0).collect();
-        reachable.sort_unstable_by_key(|run| (run.pos0(), run.blocks[0].seq));
+        reachable.sort_unstable_by_key(|run| (run.pos0(), run.seqs[0]));
+        let mut locals = Vec::new();
         for (event_id, run) in reachable.into_iter().enumerate() {
-            out.push(Event::stored(
-                worker,
-                event_id as u64,
-                run.parent,
-                run.blocks[..run.reach as usize].to_vec(),
-            ));
+            let reach = run.reach as usize;
+            locals.clear();
+            run.locals(layout, guard, 0, reach, &mut locals);
+            let blocks = (locals.iter().zip(&run.seqs[..reach]))
+                .map(|(&local, &seq)| Block::new(local, seq))
+                .collect();
+            out.push(Event::stored(worker, event_id as u64, run.parent, blocks));
         }
     }
 }

@@ -59,7 +59,7 @@ impl<T: seam::Checkpointed> Layout for T {}
 pub(crate) mod seam {
     use super::{Cover, Key, QueryCtx, Slot};
     use crate::scores::OverlapScores;
-    use crate::types::{Block, LocalHash};
+    use crate::types::LocalHash;
 
     /// A handle whose successors in a stretch of blocks (the offsets of one tree node's edge)
     /// follow from it: the core keeps a run's handles per stretch, not per block.
@@ -128,8 +128,21 @@ pub(crate) mod seam {
             guard: &Self::Guard<'_>,
         ) -> bool;
 
-        /// Adds `slot` to a run: `blocks`, each the parent of the next, at `keys`, the first
-        /// under `parent`. Pushes each block's handle to `handles`, in order, and returns how
+        /// The local hashes of `n` consecutive blocks of one stretch (see [`Stretch`]), the
+        /// first at `first`: the core keeps a reachable block's local hash only in its entry.
+        ///
+        /// # Safety
+        /// `first` and the `n - 1` handles after it in its stretch are handles this layout
+        /// returned for entries that hold the caller's slot now (I1), so they are live.
+        unsafe fn stretch_locals<'g>(
+            &'g self,
+            first: Self::Handle,
+            n: u32,
+            guard: &'g Self::Guard<'_>,
+        ) -> &'g [LocalHash];
+
+        /// Adds `slot` to a run: blocks with local hashes `locals`, each the parent of the next,
+        /// at `keys`, the first under `parent`. Pushes each block's handle to `handles`, in order, and returns how
         /// many blocks at the front already held `slot` (salted twins: a block already there
         /// has its parent there, so they are always a prefix). One call per run lets a layout
         /// pay per run, not per block (a tree's edge, a worker's cutoff).
@@ -140,16 +153,16 @@ pub(crate) mod seam {
             &self,
             parent: Option<Self::Handle>,
             keys: &[Key],
-            blocks: &[Block],
+            locals: &[LocalHash],
             slot: Slot,
             guard: &Self::Guard<'_>,
             handles: &mut Vec<Self::Handle>,
         ) -> usize {
             let (mut parent, mut twins, mut fresh) = (parent, 0, false);
-            for (key, block) in keys.iter().zip(blocks) {
+            for (key, &local) in keys.iter().zip(locals) {
                 // SAFETY: the caller's contract for the first parent; each later parent is the
                 // entry just given `slot`.
-                let (handle, new) = unsafe { self.add(*key, block.local, parent, slot, guard) };
+                let (handle, new) = unsafe { self.add(*key, local, parent, slot, guard) };
                 handles.push(handle);
                 if new {
                     fresh = true;

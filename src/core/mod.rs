@@ -244,7 +244,7 @@ impl<L: Layout> KvIndex for Indexer<L> {
         let mut events = Vec::new();
         for (worker, cell) in self.workers.all_cells() {
             if let Some(st) = lock(&cell.state).as_ref() {
-                st.dump(worker, &mut events);
+                st.dump(&self.layout, &self.layout.guard(), worker, &mut events);
             }
         }
         events

@@ -30,8 +30,7 @@ const REBUILD_MIN: usize = 64;
 
 /// The block at `loc` of `runs`, if the run has one there.
 fn seq_at<H>(runs: &[Run<H>], loc: Loc) -> Option<SeqHash> {
-    let block = runs.get(loc.run as usize)?.blocks.get(loc.off())?;
-    Some(block.seq)
+    runs.get(loc.run as usize)?.seqs.get(loc.off()).copied()
 }
 
 /// The hash an entry is filed under when the table moves it: that of the seq its place holds
@@ -171,9 +170,9 @@ impl Places {
         let mut table = HashTable::with_capacity(capacity);
         let rehash = rehasher(&self.hasher, runs);
         for (id, run) in runs.iter().enumerate() {
-            for (off, block) in run.blocks.iter().enumerate() {
+            for (off, &seq) in run.seqs.iter().enumerate() {
                 let loc = Loc::new(id as u32, off);
-                table.insert_unique(self.hash(block.seq), loc, &rehash);
+                table.insert_unique(self.hash(seq), loc, &rehash);
             }
         }
         debug_assert_eq!(table.len(), self.live, "the runs hold every live place");
@@ -212,10 +211,8 @@ mod tests {
         }
         places.reserve(runs, seqs.len());
         for &seq in seqs {
-            let off = runs[id].blocks.len();
-            runs[id]
-                .blocks
-                .push(Block::new(LocalHash(seq), SeqHash(seq)));
+            let off = runs[id].len();
+            runs[id].extend(&[Block::new(LocalHash(seq), SeqHash(seq))]);
             places.insert(runs, SeqHash(seq), Loc::new(id as u32, off));
         }
     }
@@ -236,7 +233,7 @@ mod tests {
         let (mut places, mut runs) = (Places::new(), Vec::new());
         push(&mut places, &mut runs, 0, &[1, 2, 3]);
         // Evict 2 and 3; their entries stay, as garbage.
-        runs[0].blocks.truncate(1);
+        runs[0].truncate(1);
         places.vacated(2);
         assert_eq!(places.find(&runs, SeqHash(2)), None);
         assert_eq!(places.find(&runs, SeqHash(3)), None);
@@ -276,10 +273,9 @@ mod tests {
     fn a_moved_place_is_found_at_its_new_place() {
         let (mut places, mut runs) = (Places::new(), Vec::new());
         push(&mut places, &mut runs, 0, &[1, 2, 3]);
-        let tail = runs[0].blocks.split_off(2);
-        runs[0].blocks.pop();
-        runs.push(Run::vacant());
-        runs[1].blocks = tail;
+        let (seqs, locals) = runs[0].split_off(1);
+        runs[0].truncate(1);
+        runs.push(Run::unrooted(SeqHash(2), seqs, locals));
         places.vacated(1);
         places.moved(&runs, SeqHash(3), Loc::new(0, 2), Loc::new(1, 0));
         assert_eq!(places.find(&runs, SeqHash(3)), Some(Loc::new(1, 0)));
@@ -299,7 +295,7 @@ mod tests {
             "{per_entry} bytes an entry"
         );
         // Evict nearly everything: the table shrinks to what is live.
-        runs[0].blocks.truncate(100);
+        runs[0].truncate(100);
         places.vacated(9_900);
         places.shrink_if_sparse(&runs);
         assert_eq!(places.table.len(), 100, "garbage dropped");

@@ -1,10 +1,11 @@
 //! One run of a worker: consecutive blocks, each the parent of the next, stored as one record.
 //!
 //! A `Stored` event is usually one run, and a decode step extends the run it continues, so a
-//! worker holds a few records however many blocks it holds. Per block a run keeps the block
-//! itself (16 bytes), the layout's handle while the block is reachable (nothing for the map
-//! layouts) and, every [`CHECKPOINT`] blocks, a canonical hash; nothing per block is allocated on
-//! its own.
+//! worker holds a few records however many blocks it holds. Per block a run keeps the block's
+//! seq (8 bytes) and its local hash while the block is unreachable (8 bytes): a reachable block's
+//! local hash is in its layout entry, read back through the block's handle, so it is kept once.
+//! Handles are kept per stretch, and a canonical hash every [`CHECKPOINT`] blocks; nothing per
+//! block is allocated on its own.
 //!
 //! Removing a block in the middle of a run leaves a *hole*: the block stays in the record, marked
 //! in `holes`, so that the blocks after it keep their parent, and storing it again fills the hole
@@ -12,8 +13,8 @@
 
 use super::canon::{Canon, Key};
 use super::handles::Handles;
-use super::layout::seam::Stretch;
-use crate::types::{Block, SeqHash};
+use super::layout::seam::{Storage, Stretch};
+use crate::types::{Block, LocalHash, SeqHash};
 use std::collections::BTreeSet;
 
 /// A run keeps the canonical hash of every `CHECKPOINT`-th reachable block; any other block's
@@ -75,9 +76,13 @@ impl Loc {
 /// or the length.
 #[derive(Debug)]
 pub(super) struct Run<H> {
-    /// The parent of `blocks[0]`.
+    /// The parent of block 0.
     pub(super) parent: Option<SeqHash>,
-    pub(super) blocks: Vec<Block>,
+    /// The seq of every block.
+    pub(super) seqs: Vec<SeqHash>,
+    /// The local hash of every block from `reach` on (empty, and unallocated, when all are
+    /// reachable): the others are in the layout.
+    pub(super) unreachable: Vec<LocalHash>,
     /// Offsets of holes; never the last block. A tree, not a sorted list, so that punching
     /// holes front to back in a long run costs O(log) each, not a shift of the list.
     pub(super) holes: BTreeSet<u32>,
@@ -102,7 +107,8 @@ impl<H: Stretch> Run<H> {
     pub(super) fn new(parent: Option<SeqHash>, rooted: bool, anchor: Option<(Key, H)>) -> Self {
         Self {
             parent,
-            blocks: Vec::new(),
+            seqs: Vec::new(),
+            unreachable: Vec::new(),
             holes: BTreeSet::new(),
             reach: 0,
             rooted,
@@ -121,14 +127,96 @@ impl<H: Stretch> Run<H> {
     }
 
     pub(super) fn len(&self) -> usize {
-        self.blocks.len()
+        self.seqs.len()
     }
 
     /// The parent of block `off`.
     pub(super) fn parent_of(&self, off: usize) -> Option<SeqHash> {
         match off {
             0 => self.parent,
-            _ => Some(self.blocks[off - 1].seq),
+            _ => Some(self.seqs[off - 1]),
+        }
+    }
+
+    /// Makes room for `n` more blocks.
+    pub(super) fn reserve(&mut self, n: usize) {
+        self.seqs.reserve(n);
+        self.unreachable.reserve(n);
+    }
+
+    /// Appends blocks (unreachable until attached).
+    pub(super) fn extend(&mut self, blocks: &[Block]) {
+        self.seqs.extend(blocks.iter().map(|block| block.seq));
+        self.unreachable
+            .extend(blocks.iter().map(|block| block.local));
+    }
+
+    /// Appends the local hashes of blocks `from..to` to `out`: the reachable ones read from the
+    /// layout, a stretch at a time, the others from the run.
+    pub(super) fn locals<L: Storage<Handle = H>>(
+        &self,
+        layout: &L,
+        guard: &L::Guard<'_>,
+        from: usize,
+        to: usize,
+        out: &mut Vec<LocalHash>,
+    ) {
+        let reach = self.reach as usize;
+        self.handles.stretches(from, to.min(reach), |first, n| {
+            // SAFETY: the handles of reachable blocks are kept only while the blocks are
+            // reachable, and a reachable block's entry holds its worker's slot (I1).
+            out.extend_from_slice(unsafe { layout.stretch_locals(first, n, guard) });
+        });
+        let (from, to) = (from.max(reach) - reach, to.max(reach) - reach);
+        out.extend_from_slice(&self.unreachable[from..to]);
+    }
+
+    /// The local hash of block `off`.
+    pub(super) fn local_at<L: Storage<Handle = H>>(
+        &self,
+        layout: &L,
+        guard: &L::Guard<'_>,
+        off: usize,
+    ) -> LocalHash {
+        match off.checked_sub(self.reach as usize) {
+            Some(i) => self.unreachable[i],
+            // SAFETY: as in `locals`: block `off` is reachable, so its handle is live (I1).
+            None => unsafe { layout.stretch_locals(self.handles.get(off), 1, guard)[0] },
+        }
+    }
+
+    /// Keeps blocks `0..n` only, none of them reachable from `n` on (`n >= reach`).
+    pub(super) fn truncate(&mut self, n: usize) {
+        let reach = self.reach as usize;
+        debug_assert!(n >= reach, "only unreachable blocks are cut off");
+        self.seqs.truncate(n);
+        self.unreachable.truncate(n.max(reach) - reach);
+        self.unreachable_shrunk();
+    }
+
+    /// Cuts the run after block `off` (unreachable) and returns the blocks after it, as the
+    /// seqs and local hashes of a run of their own; block `off` stays last.
+    pub(super) fn split_off(&mut self, off: usize) -> (Vec<SeqHash>, Vec<LocalHash>) {
+        let reach = self.reach as usize;
+        debug_assert!(off >= reach, "a run is cut at an unreachable block");
+        let seqs = self.seqs.split_off(off + 1);
+        let locals = self.unreachable.split_off(off + 1 - reach);
+        (seqs, locals)
+    }
+
+    /// A run of these unreachable blocks, under `parent`, not rooted.
+    pub(super) fn unrooted(parent: SeqHash, seqs: Vec<SeqHash>, locals: Vec<LocalHash>) -> Self {
+        debug_assert_eq!(seqs.len(), locals.len());
+        let mut run = Self::new(Some(parent), false, None);
+        run.seqs = seqs;
+        run.unreachable = locals;
+        run
+    }
+
+    /// Frees the room of the unreachable local hashes once there are none.
+    fn unreachable_shrunk(&mut self) {
+        if self.unreachable.is_empty() {
+            self.unreachable = Vec::new();
         }
     }
 
@@ -158,8 +246,11 @@ impl<H: Stretch> Run<H> {
     }
 
     /// Records `n` blocks just attached from offset `reach` on (their handles are already
-    /// pushed), with their keys unless the layout is not keyed (`keys` empty).
+    /// pushed), with their keys unless the layout is not keyed (`keys` empty). Their local
+    /// hashes are the layout's from now on.
     pub(super) fn attached(&mut self, n: usize, keys: &[Key]) {
+        self.unreachable.drain(..n);
+        self.unreachable_shrunk();
         let from = self.reach as usize;
         for (i, key) in keys.iter().enumerate() {
             match from + i {
@@ -183,44 +274,66 @@ impl<H: Stretch> Run<H> {
         }
     }
 
-    /// Keys of the reachable blocks `from..self.reach`, in order; none unless `keyed`.
-    pub(super) fn keys_from(&self, canon: &Canon, keyed: bool, from: usize, out: &mut Vec<Key>) {
+    /// Keys of the reachable blocks `from..self.reach`, in order, rolled over `locals`, the
+    /// local hashes of blocks `from / CHECKPOINT * CHECKPOINT..reach`; none unless `keyed`.
+    pub(super) fn keys_from(
+        &self,
+        canon: &Canon,
+        keyed: bool,
+        from: usize,
+        locals: &[LocalHash],
+        out: &mut Vec<Key>,
+    ) {
         out.clear();
         let reach = self.reach as usize;
-        if from >= reach {
-            return;
+        if from >= reach || !keyed {
+            return; // An unkeyed layout's caller makes keys without canonical hashes itself.
         }
         let pos0 = self.pos0();
         let key = |off: usize, canon| Key {
             pos: pos0 + off as u32,
             canon,
         };
-        if !keyed {
-            return; // The caller makes keys without canonical hashes itself.
-        }
         let base = from / CHECKPOINT * CHECKPOINT;
+        debug_assert_eq!(locals.len(), reach - base);
         let mut c = self.checkpoint(from / CHECKPOINT);
         if base == from {
             out.push(key(base, c));
         }
-        for i in base + 1..reach {
-            c = canon.step(c, self.blocks[i].local);
+        for (i, &local) in (base + 1..reach).zip(&locals[1..]) {
+            c = canon.step(c, local);
             if i >= from {
                 out.push(key(i, c));
             }
         }
     }
 
+    /// Where [`keys_from`](Self::keys_from) needs local hashes from: the checkpoint at or before
+    /// `from`.
+    pub(super) fn keys_base(from: usize) -> usize {
+        from / CHECKPOINT * CHECKPOINT
+    }
+
     /// Key of the reachable block `off` (without its canonical hash unless `keyed`).
-    pub(super) fn key_at(&self, canon: &Canon, keyed: bool, off: usize) -> Key {
+    pub(super) fn key_at<L: Storage<Handle = H>>(
+        &self,
+        layout: &L,
+        guard: &L::Guard<'_>,
+        canon: &Canon,
+        off: usize,
+    ) -> Key {
         debug_assert!(off < self.reach as usize);
-        if !keyed {
+        if !L::KEYED {
             return Key::unkeyed(self.pos0() + off as u32);
         }
         let base = off / CHECKPOINT * CHECKPOINT;
         let mut c = self.checkpoint(off / CHECKPOINT);
-        for block in &self.blocks[base + 1..=off] {
-            c = canon.step(c, block.local);
+        if base < off {
+            let mut locals = Vec::with_capacity(off - base);
+            self.locals(layout, guard, base + 1, off + 1, &mut locals);
+            for local in locals {
+                c = canon.step(c, local);
+            }
         }
         Key {
             pos: self.pos0() + off as u32,
@@ -228,12 +341,35 @@ impl<H: Stretch> Run<H> {
         }
     }
 
-    /// Forgets the reachable blocks from `from` on (their layout entries are the caller's).
-    pub(super) fn truncate_reach(&mut self, canon: &Canon, keyed: bool, from: usize) {
-        if from > 0 && from < self.reach as usize {
-            self.tip = self.key_at(canon, keyed, from - 1).canon;
+    /// Forgets the reachable blocks from `from` on (their layout entries are the caller's, and
+    /// still there): their local hashes are `locals`, read from the layout before, or `None`
+    /// when the run ends at `from` from now on (the caller drops the blocks after it).
+    pub(super) fn truncate_reach<L: Storage<Handle = H>>(
+        &mut self,
+        layout: &L,
+        guard: &L::Guard<'_>,
+        canon: &Canon,
+        from: usize,
+        locals: Option<&[LocalHash]>,
+    ) {
+        let reach = self.reach as usize;
+        if from >= reach {
+            return;
         }
-        self.reach = self.reach.min(from as u32);
+        if from > 0 {
+            self.tip = self.key_at(layout, guard, canon, from - 1).canon;
+        }
+        match locals {
+            Some(locals) => {
+                debug_assert_eq!(locals.len(), reach - from);
+                self.unreachable.splice(0..0, locals.iter().copied());
+            }
+            None => {
+                self.seqs.truncate(from);
+                self.unreachable = Vec::new();
+            }
+        }
+        self.reach = from as u32;
         self.handles.truncate(from);
         self.canons
             .truncate(from.div_ceil(CHECKPOINT).saturating_sub(1));
