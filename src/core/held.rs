@@ -234,28 +234,33 @@ impl<L: Layout> HeldBlocks<L> {
         parent: Option<SeqHash>,
         blocks: &[Block],
     ) -> bool {
-        // The replayed prefix: read off the run, one probe for a root event's first block.
+        // The replayed prefix: blocks the worker holds, each the next of one run, so found with
+        // one probe at most (a root event's first block) and read off the run.
+        let first = match cursor {
+            Some(prev) => self.next_in_run(prev, blocks[0].seq),
+            None => match self.place(blocks[0].seq) {
+                Some(loc) if loc.off() == 0 && self.runs[loc.run as usize].parent.is_none() => {
+                    Some(loc)
+                }
+                Some(_) => return false,
+                None => None,
+            },
+        };
         let mut after = cursor;
         let mut replayed = 0;
-        for block in blocks {
-            let loc = match after {
-                Some(prev) => self.next_in_run(prev, block.seq),
-                None => match self.place(block.seq) {
-                    Some(loc) if loc.off() == 0 && self.runs[loc.run as usize].parent.is_none() => {
-                        Some(loc)
-                    }
-                    Some(_) => return false,
-                    None => None,
-                },
-            };
-            let Some(loc) = loc else { break };
-            if loc.is_hole()
-                || self.runs[loc.run as usize].local_at(layout, guard, loc.off()) != block.local
+        if let Some(first) = first {
+            let run = &self.runs[first.run as usize];
+            let off = first.off();
+            replayed = (blocks.iter().zip(&run.seqs[off..]))
+                .take_while(|(block, seq)| block.seq == **seq)
+                .count();
+            let range = off as u32..(off + replayed) as u32;
+            if (!run.holes.is_empty() && run.holes.range(range).next().is_some())
+                || !run.locals_equal(layout, guard, off, &blocks[..replayed])
             {
                 return false;
             }
-            after = Some(loc);
-            replayed += 1;
+            after = Some(Loc::new(first.run, off + replayed - 1));
         }
         let fresh = &blocks[replayed..];
         if fresh.is_empty() {

@@ -171,6 +171,31 @@ impl<H: Stretch> Run<H> {
         out.extend_from_slice(&self.unreachable[from..to]);
     }
 
+    /// Whether blocks `from..from + blocks.len()` have the local hashes of `blocks`: a
+    /// stretch at a time where they are reachable.
+    pub(super) fn locals_equal<L: Storage<Handle = H>>(
+        &self,
+        layout: &L,
+        guard: &L::Guard<'_>,
+        from: usize,
+        blocks: &[Block],
+    ) -> bool {
+        let reach = self.reach as usize;
+        let (mut equal, mut i) = (true, 0);
+        self.handles
+            .stretches(from, (from + blocks.len()).min(reach), |first, n| {
+                if equal {
+                    // SAFETY: as in `locals`: these blocks are reachable, so their handles are
+                    // live (I1).
+                    let locals = unsafe { layout.stretch_locals(first, n, guard) };
+                    equal = (locals.iter().zip(&blocks[i..])).all(|(l, b)| *l == b.local);
+                }
+                i += n as usize;
+            });
+        let unreachable = &self.unreachable[from.max(reach) - reach..];
+        equal && (blocks[i..].iter().zip(unreachable)).all(|(b, l)| b.local == *l)
+    }
+
     /// The local hash of block `off`.
     pub(super) fn local_at<L: Storage<Handle = H>>(
         &self,
