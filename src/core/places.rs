@@ -2,7 +2,8 @@
 //!
 //! A worker must find any seq it holds (a parent, a block to remove) in one probe. A map from
 //! seq to place stores the seq twice, once in the map and once in its run's blocks, which is why
-//! it was 16 bytes an entry. This table stores the place alone (8 bytes an entry) and is asked
+//! it was 16 bytes an entry. This table stores the place alone (8 bytes an entry, with a few bits
+//! of the seq's hash in the offset's spare bits to skip most entries unread) and is asked
 //! with the runs beside it: an entry *matches* a seq when the run block at its place is that
 //! seq. A worker holds a seq in one place at most (the core's invariant), so whichever matching
 //! entry a probe finds first names the only place there is.
@@ -22,7 +23,7 @@ use crate::types::SeqHash;
 use core::hash::BuildHasher;
 use foldhash::fast::RandomState;
 use hashbrown::HashTable;
-use hashbrown::hash_table::Entry;
+use hashbrown::hash_table::Entry as Vacancy;
 
 /// Garbage is dropped by a rebuild only once there is this much of it, so that a small worker
 /// does not rebuild at every eviction.
@@ -33,17 +34,65 @@ fn seq_at<H>(runs: &[Run<H>], loc: Loc) -> Option<SeqHash> {
     runs.get(loc.run as usize)?.seqs.get(loc.off()).copied()
 }
 
+/// One entry: a place, and 7 bits of its seq's hash beside the 7 the table's own tag keeps.
+///
+/// A probe asks the runs only about entries whose bits match, so a seq that is not there costs
+/// a probe of the table and almost never a read of a run (one entry in 2^14 instead of one in
+/// 2^7: the run's record and its seqs were two more cache misses). The bits live in the offset's
+/// high bits, which only a run of 2^24 blocks or more needs; its entries keep the whole offset
+/// and no bits, and are always asked about.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Entry {
+    run: u32,
+    /// `FILTERED` and the bits above the offset's 24, or the whole offset.
+    code: u32,
+}
+
+/// Marks an entry with hash bits; never set in an offset (it is [`Loc`]'s hole mark).
+const FILTERED: u32 = 1 << 31;
+/// Offsets below this leave room for the hash bits.
+const SHORT: u32 = 1 << 24;
+
+impl Entry {
+    /// The hash bits an entry keeps: apart from hashbrown's tag (the top 7) and its bucket
+    /// index (the low bits).
+    fn bits(hash: u64) -> u32 {
+        (hash >> 48) as u32 & 0x7f
+    }
+
+    fn new(loc: Loc, hash: u64) -> Self {
+        let off = loc.off() as u32;
+        let code = match off < SHORT {
+            true => FILTERED | Self::bits(hash) << 24 | off,
+            false => off,
+        };
+        Self { run: loc.run, code }
+    }
+
+    fn loc(self) -> Loc {
+        let off = match self.code & FILTERED {
+            0 => self.code,
+            _ => self.code & (SHORT - 1),
+        };
+        Loc::new(self.run, off as usize)
+    }
+
+    /// Whether the entry can be the place of a seq with this hash.
+    fn may_be(self, hash: u64) -> bool {
+        self.code & FILTERED == 0 || (self.code >> 24) & 0x7f == Self::bits(hash)
+    }
+}
+
 /// The hash an entry is filed under when the table moves it: that of the seq its place holds
 /// now (garbage then files under whatever it points at, which is as good as anywhere).
-fn rehasher<'a, H>(hasher: &'a RandomState, runs: &'a [Run<H>]) -> impl Fn(&Loc) -> u64 + 'a {
-    move |&loc| seq_at(runs, loc).map_or(0, |seq| hasher.hash_one(seq.0))
+fn rehasher<'a, H>(hasher: &'a RandomState, runs: &'a [Run<H>]) -> impl Fn(&Entry) -> u64 + 'a {
+    move |entry| seq_at(runs, entry.loc()).map_or(0, |seq| hasher.hash_one(seq.0))
 }
 
 /// The places of one worker's seqs; see the module docs.
 #[derive(Debug)]
 pub(super) struct Places {
-    /// Places, each with no hole mark; see [`Loc`].
-    table: HashTable<Loc>,
+    table: HashTable<Entry>,
     hasher: RandomState,
     /// Places of the runs that hold a block or a hole; the other entries are garbage.
     live: usize,
@@ -63,14 +112,16 @@ impl Places {
         self.live
     }
 
+    #[inline]
     fn hash(&self, seq: SeqHash) -> u64 {
         self.hasher.hash_one(seq.0)
     }
 
     /// Where `seq` is (with no hole mark), if a run holds it.
     pub(super) fn find<H>(&self, runs: &[Run<H>], seq: SeqHash) -> Option<Loc> {
-        let matches = |&loc: &Loc| seq_at(runs, loc) == Some(seq);
-        self.table.find(self.hash(seq), matches).copied()
+        let hash = self.hash(seq);
+        let matches = |e: &Entry| e.may_be(hash) && seq_at(runs, e.loc()) == Some(seq);
+        self.table.find(hash, matches).map(|e| e.loc())
     }
 
     /// Records that `seq` was just put at `loc`, a place that held nothing, where no other place
@@ -79,7 +130,8 @@ impl Places {
         debug_assert_eq!(seq_at(runs, loc), Some(seq), "the block is in its run");
         let hash = self.hash(seq);
         let rehash = rehasher(&self.hasher, runs);
-        self.table.insert_unique(hash, loc.as_held(), rehash);
+        self.table
+            .insert_unique(hash, Entry::new(loc, hash), rehash);
         self.live += 1;
     }
 
@@ -94,12 +146,13 @@ impl Places {
         claimed: impl Fn(Loc) -> bool,
     ) -> bool {
         let hash = self.hash(seq);
-        let taken = |&l: &Loc| claimed(l) || seq_at(runs, l) == Some(seq);
+        let taken =
+            |e: &Entry| e.may_be(hash) && (claimed(e.loc()) || seq_at(runs, e.loc()) == Some(seq));
         let rehash = rehasher(&self.hasher, runs);
         match self.table.entry(hash, taken, rehash) {
-            Entry::Occupied(_) => false,
-            Entry::Vacant(vacant) => {
-                vacant.insert(loc.as_held());
+            Vacancy::Occupied(_) => false,
+            Vacancy::Vacant(vacant) => {
+                vacant.insert(Entry::new(loc, hash));
                 self.live += 1;
                 true
             }
@@ -108,8 +161,9 @@ impl Places {
 
     /// Takes back the entry [`Places::claim`] filed for `seq` at `loc`.
     pub(super) fn unclaim(&mut self, seq: SeqHash, loc: Loc) {
-        let loc = loc.as_held();
-        if let Ok(entry) = self.table.find_entry(self.hash(seq), |&l| l == loc) {
+        let hash = self.hash(seq);
+        let filed = Entry::new(loc, hash);
+        if let Ok(entry) = self.table.find_entry(hash, |&e| e == filed) {
             entry.remove();
             self.live -= 1;
         }
@@ -118,9 +172,9 @@ impl Places {
     /// Records that `seq` moved from `from` to `to` (a run cut in two; the runs show it at `to`
     /// already).
     pub(super) fn moved<H>(&mut self, runs: &[Run<H>], seq: SeqHash, from: Loc, to: Loc) {
-        let (from, to) = (from.as_held(), to.as_held());
         let hash = self.hash(seq);
-        match self.table.find_mut(hash, |&l| l == from) {
+        let (from, to) = (Entry::new(from, hash), Entry::new(to, hash));
+        match self.table.find_mut(hash, |&e| e == from) {
             Some(entry) => *entry = to,
             None => {
                 // Completeness says every place has an entry under its seq; were one missing,
@@ -171,8 +225,8 @@ impl Places {
         let rehash = rehasher(&self.hasher, runs);
         for (id, run) in runs.iter().enumerate() {
             for (off, &seq) in run.seqs.iter().enumerate() {
-                let loc = Loc::new(id as u32, off);
-                table.insert_unique(self.hash(seq), loc, &rehash);
+                let hash = self.hash(seq);
+                table.insert_unique(hash, Entry::new(Loc::new(id as u32, off), hash), &rehash);
             }
         }
         debug_assert_eq!(table.len(), self.live, "the runs hold every live place");
@@ -214,6 +268,23 @@ mod tests {
             let off = runs[id].len();
             runs[id].extend(&[Block::new(LocalHash(seq), SeqHash(seq))]);
             places.insert(runs, SeqHash(seq), Loc::new(id as u32, off));
+        }
+    }
+
+    #[test]
+    fn entries_keep_their_place_and_filter_by_hash_bits() {
+        let (a, b) = (0x0012_3400_0000_0000_u64, 0x0045_6700_0000_0000_u64);
+        assert_ne!(Entry::bits(a), Entry::bits(b));
+        for off in [0, 1, SHORT as usize - 1] {
+            let entry = Entry::new(Loc::new(9, off), a);
+            assert_eq!(entry.loc(), Loc::new(9, off));
+            assert!(entry.may_be(a) && !entry.may_be(b), "offset {off}");
+        }
+        // A run of 2^24 blocks and more: the whole offset, no bits, always asked about.
+        for off in [SHORT as usize, (FILTERED - 1) as usize] {
+            let entry = Entry::new(Loc::new(9, off), a);
+            assert_eq!(entry.loc(), Loc::new(9, off));
+            assert!(entry.may_be(a) && entry.may_be(b), "offset {off}");
         }
     }
 
