@@ -1,11 +1,13 @@
 //! Every layout against the reference on long runs evicted and stored again, over and over.
 //!
-//! An eviction leaves the evicted blocks' entries in the core's per-worker map, stale, and a
-//! sweep drops them later: once stale entries far outnumber held blocks, or when the map would
-//! otherwise grow (see `core/held.rs`). The generated cases here hold hundreds of blocks per
-//! worker and evict most of them often, so both sweeps run many times in every case, between
-//! re-stores of the same seqs at the same places, re-stores elsewhere, holes and grafts. The
-//! differential suite's short chains rarely reach a sweep.
+//! An eviction leaves the evicted blocks' entries in the core's per-worker table of places, as
+//! garbage that a lookup must refuse even once another seq fills the same place, and a rebuild
+//! drops them later: once garbage far outnumbers held blocks, or when the table would otherwise
+//! grow (see `core/places.rs`). The generated cases here hold hundreds of blocks per worker and
+//! evict most of them often, so both rebuilds run many times in every case (about 550 and 2,200
+//! times in all, counted once by hand), between re-stores of the same seqs at the same places,
+//! re-stores elsewhere, holes and grafts. The differential suite's short chains rarely reach a
+//! rebuild.
 
 use flash_indexer::testing::{self, Op, SplitMix64, check_ops_on_each, splitmix64};
 use flash_indexer::{Block, Event, KvIndex, LocalHash, SeqHash, Worker};
