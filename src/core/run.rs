@@ -300,7 +300,7 @@ impl<H: Stretch> Run<H> {
     }
 
     /// Keys of the reachable blocks `from..self.reach`, in order, rolled over `locals`, the
-    /// local hashes of blocks `from / CHECKPOINT * CHECKPOINT..reach`; none unless `keyed`.
+    /// local hashes of blocks [`keys_base(from)`](Self::keys_base)`..reach`; none unless `keyed`.
     pub(super) fn keys_from(
         &self,
         canon: &Canon,
@@ -319,7 +319,7 @@ impl<H: Stretch> Run<H> {
             pos: pos0 + off as u32,
             canon,
         };
-        let base = from / CHECKPOINT * CHECKPOINT;
+        let base = Self::keys_base(from);
         debug_assert_eq!(locals.len(), reach - base);
         let mut c = self.checkpoint(from / CHECKPOINT);
         if base == from {
@@ -351,7 +351,7 @@ impl<H: Stretch> Run<H> {
         if !L::KEYED {
             return Key::unkeyed(self.pos0() + off as u32);
         }
-        let base = off / CHECKPOINT * CHECKPOINT;
+        let base = Self::keys_base(off);
         let mut c = self.checkpoint(off / CHECKPOINT);
         if base < off {
             let mut locals = Vec::with_capacity(off - base);
