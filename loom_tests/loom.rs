@@ -236,6 +236,49 @@ fn core_full_bits_against_a_query() {
     });
 }
 
+/// The same move on an edge whose members, but one, hold only a prefix of it (the edge runs
+/// on into the first worker's private tail): the query leaves the edge where they stop and
+/// keeps them all by the cover's floor, the lowest cutoff, without reading theirs. The floor
+/// goes down before the evicted worker's cutoff does and back up after it is raised, so the
+/// query never reports that worker past what it held, nor the other prefix holder short.
+#[test]
+fn core_floor_against_a_query() {
+    use crate::{Event, KvIndex, RadixIndexer, Worker};
+    loom::model(|| {
+        let index = Arc::new(RadixIndexer::default());
+        let (a, b, c) = (Worker::new(1, 0), Worker::new(2, 0), Worker::new(3, 0));
+        let block = |i: u64| Block::new(LocalHash(i), SeqHash(10 + i));
+        index
+            .apply(&Event::stored(c, 0, None, (0..5).map(block).collect()))
+            .unwrap();
+        for w in [a, b] {
+            let prefix = (0..3).map(block).collect();
+            index.apply(&Event::stored(w, 0, None, prefix)).unwrap();
+        }
+        let query = [LocalHash(0), LocalHash(1), LocalHash(2), LocalHash(9)];
+        let reader = {
+            let index = index.clone();
+            thread::spawn(move || {
+                let scores = index.find_matches(&query);
+                assert!(matches!(scores.get(a), Some(1..=3)), "{scores:?}");
+                assert_eq!((scores.get(b), scores.get(c)), (Some(3), Some(3)));
+            })
+        };
+        index
+            .apply(&Event::removed(a, 1, vec![SeqHash(12), SeqHash(11)]))
+            .unwrap();
+        assert_eq!(index.find_matches(&query).get(a), Some(1));
+        let tail = vec![block(1), block(2)];
+        index
+            .apply(&Event::stored(a, 2, Some(SeqHash(10)), tail))
+            .unwrap();
+        reader.join().unwrap();
+        let scores = index.find_matches(&query);
+        assert_eq!((scores.get(a), scores.get(b)), (Some(3), Some(3)));
+        assert_eq!(index.entries(), 1, "one edge throughout");
+    });
+}
+
 /// Where the design has no split: a second worker leaves the first one's edge midway, which
 /// adds a child at that offset (and the second worker to the edge's cover) while a query walks
 /// the second worker's path. The first worker's depth never changes; the second's is absent,

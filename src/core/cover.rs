@@ -49,6 +49,9 @@ pub struct ManyCover {
     words: Box<[ManyWord]>,
     /// The edge's length: a cutoff of this many is the whole edge.
     edge: u32,
+    /// The lowest cutoff of any member: a query that follows the edge for no more than this
+    /// keeps every member without reading a cutoff (see [`Floor`]).
+    floor: Floor,
 }
 
 /// The members of a [`ManyCover`] among one word's 64 slots.
@@ -76,6 +79,55 @@ pub struct WideCover {
     cutoffs: Box<[AtomicU32]>,
     /// The edge's length: a cutoff of this many is the whole edge.
     edge: u32,
+    /// At most the lowest cutoff of any member (see [`Floor`]); not raised when the lowest
+    /// member is, since finding the next lowest would scan every slot.
+    floor: Floor,
+}
+
+/// A lower bound of the cutoffs of a cover's members, so that a query leaving the edge at or
+/// before it keeps all of them with a word operation.
+///
+/// The edge a worker first stores runs on into its own private tail, and the workers that
+/// share only the prefix hold less than the whole edge: under Dynamo's workload, 63 of the
+/// 64 workers under each shared prefix. Without a floor, `full` bits keep none of them, and
+/// every query through the prefix read 63 cutoffs (a quarter of the radix layout's query
+/// time there).
+///
+/// Kept true for readers the way `full` bits are: a writer lowers the floor before it cuts a
+/// cutoff below it or publishes a member below it, and raises it only after the cutoffs it
+/// is computed from, so a reader that sees `floor >= m` reads a moment when every member it
+/// sees held at least `m` blocks.
+#[derive(Debug)]
+struct Floor(AtomicU32);
+
+impl Floor {
+    /// The floor of members holding `cutoffs`.
+    fn of(cutoffs: impl Iterator<Item = u32>) -> Self {
+        Floor(AtomicU32::new(cutoffs.min().unwrap_or(0)))
+    }
+
+    /// Whether every member holds at least `m` blocks.
+    #[inline]
+    fn keeps_all(&self, m: u32) -> bool {
+        // Acquire pairs with the writer's release in `set`.
+        m <= self.0.load(Ordering::Acquire)
+    }
+
+    /// Makes the floor at most `to`, before a member's cutoff goes down to it. Caller: the
+    /// node's writer.
+    fn lower_to(&self, to: u32) {
+        if to < self.0.load(Ordering::Relaxed) {
+            self.set(to);
+        }
+    }
+
+    fn get(&self) -> u32 {
+        self.0.load(Ordering::Relaxed)
+    }
+
+    fn set(&self, to: u32) {
+        self.0.store(to, Ordering::Release);
+    }
 }
 
 /// What a change could not do in place: publish this cover (`None`: no workers left) in the
@@ -159,6 +211,9 @@ impl Cover {
                 });
             }
             Cover::Many(many) => {
+                // Membership is fixed for the cover's life, so one look at the floor serves
+                // every word.
+                let all = many.floor.keeps_all(m);
                 // Both sorted by word: one forward walk over the cover's words.
                 let mut j = 0;
                 set.retain_bits(|w| {
@@ -171,8 +226,13 @@ impl Cover {
                     };
                     let inside = w.bits & own.members;
                     slots_of(w.word, w.bits & !inside).for_each(|slot| dropped(slot, 0));
-                    let full = own.full.load(Ordering::Acquire) & inside;
-                    let mut kept = if m <= many.edge { full } else { 0 };
+                    let mut kept = if all {
+                        inside
+                    } else if m <= many.edge {
+                        own.full.load(Ordering::Acquire) & inside
+                    } else {
+                        0
+                    };
                     for slot in slots_of(w.word, inside & !kept) {
                         let bit = 1u64 << (slot % 64);
                         let rank = (own.members & (bit - 1)).count_ones();
@@ -192,7 +252,14 @@ impl Cover {
                 let (members, full) = wide.bits_of(w.word);
                 let inside = w.bits & members;
                 slots_of(w.word, w.bits & !inside).for_each(|slot| dropped(slot, 0));
-                let mut kept = if m <= wide.edge { full & inside } else { 0 };
+                // After the members: a member published since is below the floor read here.
+                let mut kept = if wide.floor.keeps_all(m) {
+                    inside
+                } else if m <= wide.edge {
+                    full & inside
+                } else {
+                    0
+                };
                 for slot in slots_of(w.word, inside & !kept) {
                     let c = wide.cutoff(slot);
                     if c >= m {
@@ -260,6 +327,11 @@ impl Cover {
                         let (word, bit) = Word::of(slot);
                         many.word(word).full.fetch_or(bit, Ordering::Release);
                     }
+                    if old == many.floor.get() && to > old {
+                        // After the cutoff, like the bit; a few dozen members at most.
+                        let cutoffs = many.pairs.iter().map(|(_, c)| c.load(Ordering::Relaxed));
+                        many.floor.set(Floor::of(cutoffs).get());
+                    }
                     Ok(old)
                 }
                 Err(at) => {
@@ -281,6 +353,9 @@ impl Cover {
                         wide.full[word as usize].fetch_or(bit, Ordering::Release);
                     }
                     if old == 0 {
+                        // Before the member's bit: a reader that sees the bit sees the floor
+                        // under the member.
+                        wide.floor.lower_to(to);
                         // Release: a reader that sees the bit also sees the cutoff.
                         wide.bits[word as usize].fetch_or(bit, Ordering::Release);
                         wide.len.fetch_add(1, Ordering::Relaxed);
@@ -308,11 +383,13 @@ impl Cover {
             let c = match self {
                 Cover::One(_, c) => c,
                 Cover::Many(many) => {
+                    many.floor.lower_to(to);
                     many.word(word).full.fetch_and(!bit, Ordering::Release);
                     let at = many.pairs.binary_search_by_key(&slot, |(s, _)| *s);
                     &many.pairs[at.expect("a cut worker is a member")].1
                 }
                 Cover::Wide(wide) => {
+                    wide.floor.lower_to(to);
                     wide.full[word as usize].fetch_and(!bit, Ordering::Release);
                     &wide.cutoffs[slot as usize]
                 }
@@ -382,6 +459,7 @@ impl ManyCover {
                 })
                 .collect(),
             edge,
+            floor: Floor::of(pairs.iter().map(|&(_, c)| c)),
         }
     }
 
@@ -410,6 +488,7 @@ impl WideCover {
             full: (0..words).map(|_| AtomicU64::new(0)).collect(),
             cutoffs: (0..words * 64).map(|_| AtomicU32::new(0)).collect(),
             edge,
+            floor: Floor::of(pairs.iter().map(|&(_, c)| c)),
         };
         for &(slot, c) in pairs {
             let (word, bit) = Word::of(slot);
@@ -547,6 +626,43 @@ mod tests {
             assert_eq!(absent.iter().collect::<Vec<_>>(), outside, "step {step}");
         }
         assert!(wide_seen && narrowed, "{wide_seen} {narrowed}");
+    }
+
+    /// Members that hold the same prefix of a longer edge are kept by the floor when a
+    /// query leaves the edge there; a cut below it lowers it, and raising the lowest member
+    /// back raises it (a few members; a wide cover keeps a lower bound until it is rebuilt).
+    #[test]
+    fn floors_follow_cuts_and_raises() {
+        for workers in [3u32, 100] {
+            // Slot 0 holds the whole edge; the others stop two blocks short.
+            let mut cover = Cover::one(0, EDGE);
+            for slot in 1..workers {
+                if let Err((Some(bigger), _)) = cover.raise(slot, EDGE - 2, EDGE) {
+                    cover = bigger;
+                }
+            }
+            let floor = |cover: &Cover| match cover {
+                Cover::Many(many) => many.floor.get(),
+                Cover::Wide(wide) => wide.floor.get(),
+                Cover::One(..) => unreachable!("more than one member"),
+            };
+            let kept = |cover: &Cover, m: u32| {
+                let mut set = SlotSet::from_sorted(0..workers);
+                let mut dropped = Vec::new();
+                cover.keep(&mut set, m, |s, c| dropped.push((s, c)));
+                (set.len(), dropped)
+            };
+            assert_eq!(floor(&cover), EDGE - 2);
+            assert_eq!(kept(&cover, EDGE - 2), (workers as usize, vec![]));
+            cover.cut(1, 1, EDGE).expect("in place");
+            assert_eq!(floor(&cover), 1);
+            assert_eq!(kept(&cover, EDGE - 2), (workers as usize - 1, vec![(1, 1)]));
+            assert_eq!(kept(&cover, 1), (workers as usize, vec![]));
+            assert_eq!(cover.raise(1, EDGE - 2, EDGE).expect("in place"), 1);
+            assert_eq!(kept(&cover, EDGE - 2), (workers as usize, vec![]));
+            let raised_back = if workers <= WIDE as u32 { EDGE - 2 } else { 1 };
+            assert_eq!(floor(&cover), raised_back);
+        }
     }
 
     /// A member whose tail is cut is no longer kept by its `full` bit when a query follows the
