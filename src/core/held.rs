@@ -280,7 +280,18 @@ impl<L: Layout> HeldBlocks<L> {
             ),
         };
         self.reserve(fresh.len());
+        // Each claim's lines are asked for this many blocks ahead of it.
+        const AHEAD: usize = 6;
+        let lines = self.places.probe_lines();
+        if let Some(lines) = lines {
+            for block in fresh.iter().take(AHEAD) {
+                self.places.warm(lines, block.seq);
+            }
+        }
         for (i, block) in fresh.iter().enumerate() {
+            if let (Some(lines), Some(ahead)) = (lines, fresh.get(i + AHEAD)) {
+                self.places.warm(lines, ahead.seq);
+            }
             // An entry naming a place this event just gave (in `id` before this block's) may be
             // an earlier new block with the same seq: the exact path decides.
             let claimed = |l: Loc| l.run == id && (off0..off0 + i).contains(&l.off());
