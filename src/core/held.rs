@@ -280,9 +280,13 @@ impl<L: Layout> HeldBlocks<L> {
             ),
         };
         self.reserve(fresh.len());
-        // Each claim's lines are asked for this many blocks ahead of it.
+        // Each claim's lines are asked for this many blocks ahead of it, in events long enough
+        // to repay finding where the table's lines are (two more misses).
         const AHEAD: usize = 6;
-        let lines = self.places.probe_lines();
+        let lines = match fresh.len() > 2 * AHEAD {
+            true => self.places.probe_lines(),
+            false => None,
+        };
         if let Some(lines) = lines {
             for block in fresh.iter().take(AHEAD) {
                 self.places.warm(lines, block.seq);
