@@ -214,6 +214,8 @@ impl<T: AsTree> Storage for T {
     type Guard<'a> = TreeGuard<'a, T::Index>;
     type Handle = Spot;
     const KEYED: bool = T::Index::STRIDE > 0;
+    /// A node keeps the key it is indexed under (`Node::anchor`), so a cut unindexes it alone.
+    const KEYS_TO_REMOVE: bool = false;
 
     #[inline]
     fn guard(&self) -> TreeGuard<'_, T::Index> {

@@ -631,6 +631,8 @@ impl<L: Layout> HeldBlocks<L> {
         }
         let mut keys = std::mem::take(&mut self.scratch);
         let mut locals = LOCALS.take();
+        // Keys are rolled for the layout, if it removes by key, and to find salted twins.
+        let keyed = L::KEYED && (L::KEYS_TO_REMOVE || !self.extra.is_empty());
         for (id, from) in below
             .into_iter()
             .rev()
@@ -642,15 +644,15 @@ impl<L: Layout> HeldBlocks<L> {
             let reach = run.reach as usize;
             // The detached blocks' local hashes, read from the layout while their entries hold
             // the slot: for their keys (rolled from the checkpoint before them) and to keep.
-            let base = match L::KEYED {
+            let base = match keyed {
                 true => Run::<L::Handle>::keys_base(from),
                 false => from,
             };
             locals.clear();
-            if from < reach && (L::KEYED || keep) {
+            if from < reach && (keyed || keep) {
                 run.locals(layout, guard, base, reach, &mut locals);
             }
-            run.keys_from(canon, L::KEYED, from, &locals, &mut keys);
+            run.keys_from(canon, keyed, from, &locals, &mut keys);
             if from < reach {
                 handles::with_scratch(|handles: &mut Vec<L::Handle>| {
                     run.handles.copy_range(from, reach, handles);

@@ -95,6 +95,12 @@ pub(crate) mod seam {
         /// [`remove_run`](Self::remove_run) (empty slices; the layout must override both).
         const KEYED: bool = true;
 
+        /// Whether [`remove_run`](Self::remove_run) needs the blocks' keys. A layout whose
+        /// handles lead to everything it must undo (a tree node keeps the key it is indexed
+        /// under) says no, and the core then passes none unless it needs them itself: an
+        /// eviction neither reads the evicted blocks' local hashes back nor rolls their keys.
+        const KEYS_TO_REMOVE: bool = true;
+
         /// Enters a read-side critical section.
         fn guard(&self) -> Self::Guard<'_>;
 
