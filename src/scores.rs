@@ -42,6 +42,12 @@ impl OverlapScores {
         }
     }
 
+    /// Room for `n` more workers.
+    #[inline]
+    pub(crate) fn reserve(&mut self, n: usize) {
+        self.entries.reserve(n);
+    }
+
     /// Records `depth` for `worker`. Depth 0 is not recorded. The caller must not record a worker
     /// twice.
     #[inline]

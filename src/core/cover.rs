@@ -130,6 +130,26 @@ impl Floor {
     }
 }
 
+/// What [`Cover::keep`] tells of the workers it drops: one at a time, or a word of them that
+/// stop at the same cutoff (which a scorer names from one run of cells).
+pub(crate) trait Drops {
+    /// `slot` stops at `cutoff`.
+    fn one(&mut self, slot: Slot, cutoff: u32);
+
+    /// The slots `bits` of word `word` (possibly none) all stop at `cutoff`.
+    fn word(&mut self, word: u32, bits: u64, cutoff: u32) {
+        for slot in slots_of(word, bits) {
+            self.one(slot, cutoff);
+        }
+    }
+}
+
+impl<F: FnMut(Slot, u32)> Drops for F {
+    fn one(&mut self, slot: Slot, cutoff: u32) {
+        self(slot, cutoff);
+    }
+}
+
 /// What a change could not do in place: publish this cover (`None`: no workers left) in the
 /// node, then retire the old one.
 pub(super) type Replacement = Option<Cover>;
@@ -188,11 +208,13 @@ impl Cover {
     }
 
     /// Keeps in `set` those holding at least `m` blocks (`m` at most the edge's length), and
-    /// calls `dropped(slot, cutoff)` for each of the others, with the cutoff it read (`< m`, 0
-    /// for a non-member). Costs a word operation per word of `set`, plus a cutoff read for
-    /// each member that does not hold the whole edge, plus a call per dropped worker.
+    /// tells `dropped` of each of the others, with the cutoff it read (`< m`, 0 for a
+    /// non-member): a word at a time for those that stop together (non-members; all but the
+    /// member of a one-worker cover), one at a time otherwise. Costs a word operation per word
+    /// of `set`, plus a cutoff read for each member below the floor that does not hold the
+    /// whole edge, plus what `dropped` does with the dropped workers.
     #[inline]
-    pub(crate) fn keep(&self, set: &mut SlotSet, m: u32, mut dropped: impl FnMut(Slot, u32)) {
+    pub(crate) fn keep(&self, set: &mut SlotSet, m: u32, mut dropped: impl Drops) {
         match self {
             Cover::One(sole, c) => {
                 // A private suffix under many active workers: all but one drop, at 0.
@@ -204,9 +226,12 @@ impl Cover {
                     } else {
                         0
                     };
-                    for slot in slots_of(w.word, w.bits & !kept) {
-                        dropped(slot, if slot == *sole { c } else { 0 });
+                    let mut out = w.bits & !kept;
+                    if w.word == word && out & bit != 0 {
+                        dropped.one(*sole, c);
+                        out &= !bit;
                     }
+                    dropped.word(w.word, out, 0);
                     kept
                 });
             }
@@ -221,11 +246,11 @@ impl Cover {
                         j += 1;
                     }
                     let Some(own) = many.words.get(j).filter(|o| o.word == w.word) else {
-                        slots_of(w.word, w.bits).for_each(|slot| dropped(slot, 0));
+                        dropped.word(w.word, w.bits, 0);
                         return 0;
                     };
                     let inside = w.bits & own.members;
-                    slots_of(w.word, w.bits & !inside).for_each(|slot| dropped(slot, 0));
+                    dropped.word(w.word, w.bits & !inside, 0);
                     let mut kept = if all {
                         inside
                     } else if m <= many.edge {
@@ -242,7 +267,7 @@ impl Cover {
                         if c >= m {
                             kept |= bit;
                         } else {
-                            dropped(slot, c);
+                            dropped.one(slot, c);
                         }
                     }
                     kept
@@ -251,7 +276,7 @@ impl Cover {
             Cover::Wide(wide) => set.retain_bits(|w| {
                 let (members, full) = wide.bits_of(w.word);
                 let inside = w.bits & members;
-                slots_of(w.word, w.bits & !inside).for_each(|slot| dropped(slot, 0));
+                dropped.word(w.word, w.bits & !inside, 0);
                 // After the members: a member published since is below the floor read here.
                 let mut kept = if wide.floor.keeps_all(m) {
                     inside
@@ -265,7 +290,7 @@ impl Cover {
                     if c >= m {
                         kept |= 1 << (slot % 64);
                     } else {
-                        dropped(slot, c);
+                        dropped.one(slot, c);
                     }
                 }
                 kept

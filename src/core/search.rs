@@ -33,9 +33,10 @@
 //! that left.
 
 use super::canon::{Canon, Key, MAX_FOLD};
-use super::cover::Cover;
+use super::cover::{Cover, Drops};
 use super::layout::seam::{Checkpointed, JumpSearch, Search, Tree, Walk};
 use super::slot_set::SlotSet;
+use super::slots::Slot;
 use super::worker_table::{Names, PinnedNames};
 use crate::prefetch::prefetch;
 use crate::scores::OverlapScores;
@@ -268,11 +269,15 @@ impl<'a, L: Tree> Walker<'a, '_, L> {
         scores: &mut OverlapScores,
     ) {
         match cover {
-            Some(cover) => cover.keep(set, m, |slot, c| {
-                if base + c > 0 {
-                    scores.push(self.names.name(slot), base + c);
-                }
-            }),
+            Some(cover) => cover.keep(
+                set,
+                m,
+                Scorer {
+                    names: self.names,
+                    scores,
+                    base,
+                },
+            ),
             None => {
                 self.score_all(set, base, scores);
                 set.clear();
@@ -283,8 +288,8 @@ impl<'a, L: Tree> Walker<'a, '_, L> {
     /// Scores every worker of `set` at `depth` (nothing at 0).
     fn score_all(&self, set: &SlotSet, depth: u32, scores: &mut OverlapScores) {
         if depth > 0 {
-            for slot in set.iter() {
-                scores.push(self.names.name(slot), depth);
+            for w in set.words() {
+                self.names.score_word(scores, w.word, w.bits, depth);
             }
         }
     }
@@ -332,6 +337,30 @@ impl<'a, L: Tree> Walker<'a, '_, L> {
                 None => return reached,
             }
             base = reached.pos;
+        }
+    }
+}
+
+/// Scores the workers a cover drops at `base` plus their cutoffs (nothing at depth 0).
+struct Scorer<'s, 'n> {
+    names: &'s PinnedNames<'n>,
+    scores: &'s mut OverlapScores,
+    base: u32,
+}
+
+impl Drops for Scorer<'_, '_> {
+    #[inline]
+    fn one(&mut self, slot: Slot, cutoff: u32) {
+        if self.base + cutoff > 0 {
+            self.scores.push(self.names.name(slot), self.base + cutoff);
+        }
+    }
+
+    #[inline]
+    fn word(&mut self, word: u32, bits: u64, cutoff: u32) {
+        if self.base + cutoff > 0 && bits != 0 {
+            self.names
+                .score_word(self.scores, word, bits, self.base + cutoff);
         }
     }
 }

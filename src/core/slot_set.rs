@@ -71,7 +71,6 @@ impl SlotSet {
     }
 
     /// The words, sorted by word, none empty.
-    #[cfg(test)]
     pub(crate) fn words(&self) -> &[Word] {
         &self.words
     }
@@ -105,6 +104,7 @@ impl SlotSet {
     }
 
     /// Every slot, ascending.
+    #[cfg(test)]
     pub(crate) fn iter(&self) -> impl Iterator<Item = Slot> + '_ {
         self.words.iter().flat_map(|w| slots_of(w.word, w.bits))
     }

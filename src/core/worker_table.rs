@@ -10,6 +10,7 @@
 use super::held::HeldBlocks;
 use super::layout::Layout;
 use super::slots::Slot;
+use crate::scores::OverlapScores;
 use crate::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use crate::sync::{Arc, Mutex, lock};
 use crate::types::Worker;
@@ -64,6 +65,18 @@ impl Names {
         )
     }
 
+    /// The cells of the 64 slots of word `word` (segments are whole words: their bounds are
+    /// multiples of `FIRST_SEGMENT`).
+    #[inline]
+    fn word_cells(&self, word: u32) -> &[Name] {
+        let first = word as usize * 64;
+        if let Some(cells) = self.first.get(first..first + 64) {
+            return cells;
+        }
+        let (segment, offset) = Self::locate(first as Slot);
+        &self.segment(segment)[offset..offset + 64]
+    }
+
     /// The cell of `slot`, its segment made on first use.
     #[inline]
     fn cell(&self, slot: Slot) -> &Name {
@@ -71,17 +84,22 @@ impl Names {
             return name;
         }
         let (segment, offset) = Self::locate(slot);
+        &self.segment(segment)[offset]
+    }
+
+    /// Segment `segment`, made on first use.
+    #[inline]
+    fn segment(&self, segment: usize) -> &[Name] {
         // A slot read from a layout was named first, so its segment exists: one load.
         match self.segments[segment].get() {
-            Some(seg) => &seg[offset],
-            None => self.first_cell(segment, offset),
+            Some(seg) => seg,
+            None => self.make_segment(segment),
         }
     }
 
     #[cold]
-    fn first_cell(&self, segment: usize, offset: usize) -> &Name {
-        let seg = self.segments[segment].get_or_init(|| segment_of(FIRST_SEGMENT << segment));
-        &seg[offset]
+    fn make_segment(&self, segment: usize) -> &[Name] {
+        self.segments[segment].get_or_init(|| segment_of(FIRST_SEGMENT << segment))
     }
 
     fn set(&self, slot: Slot, worker: Worker) {
@@ -125,6 +143,23 @@ impl PinnedNames<'_> {
     pub(crate) fn name(&self, slot: Slot) -> Worker {
         let (id, rank) = self.names.cell(slot);
         Worker::new(id.load(Ordering::Relaxed), rank.load(Ordering::Relaxed))
+    }
+
+    /// Scores at `depth` (at least 1) the workers of the slots `bits` of word `word`: their
+    /// names read from one run of cells, room made once.
+    #[inline]
+    pub(crate) fn score_word(&self, scores: &mut OverlapScores, word: u32, bits: u64, depth: u32) {
+        let cells = self.names.word_cells(word);
+        scores.reserve(bits.count_ones() as usize);
+        let mut rest = bits;
+        while rest != 0 {
+            let (id, rank) = &cells[rest.trailing_zeros() as usize % 64];
+            rest &= rest - 1;
+            scores.push(
+                Worker::new(id.load(Ordering::Relaxed), rank.load(Ordering::Relaxed)),
+                depth,
+            );
+        }
     }
 }
 
@@ -267,7 +302,35 @@ impl<L: Layout> WorkerTable<L> {
 
 #[cfg(test)]
 mod tests {
-    use super::Names;
+    use super::{FIRST_SEGMENT, Names, OnceLock, segment_of};
+    use crate::scores::OverlapScores;
+    use crate::types::Worker;
+
+    /// A word's workers are scored from the word's own cells, in the first segment and beyond.
+    #[test]
+    fn words_score_the_workers_their_slots_name() {
+        let names = Names {
+            first: segment_of(FIRST_SEGMENT),
+            segments: std::array::from_fn(|_| OnceLock::new()),
+        };
+        let name = |slot: u32| Worker::new(u64::from(slot) * 7 + 1, slot % 3);
+        for slot in 0..3 * FIRST_SEGMENT as u32 + 200 {
+            names.set(slot, name(slot));
+        }
+        let pinned = names.pin();
+        for word in [0, 15, 16, 17, 47, 48, 50] {
+            let bits = 0x8000_0000_0000_0001 | (0x1234_5678 << (word % 7));
+            let mut scores = OverlapScores::new();
+            pinned.score_word(&mut scores, word, bits, 9);
+            let want: Vec<(Worker, u32)> = (0..64)
+                .filter(|i| bits >> i & 1 == 1)
+                .map(|i| (name(word * 64 + i), 9))
+                .collect();
+            let mut got = scores.to_sorted_vec();
+            got.sort_by_key(|(w, _)| w.id);
+            assert_eq!(got, want, "word {word}");
+        }
+    }
 
     #[test]
     fn segments_cover_slots_without_gaps() {
