@@ -9,6 +9,7 @@
 
 use super::held::HeldBlocks;
 use super::layout::Layout;
+use super::slot_set::slots_of;
 use super::slots::Slot;
 use crate::scores::OverlapScores;
 use crate::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -65,16 +66,20 @@ impl Names {
         )
     }
 
-    /// The cells of the 64 slots of word `word` (segments are whole words: their bounds are
-    /// multiples of `FIRST_SEGMENT`).
+    /// The cells of the 64 slots of word `word`, when one segment has them all: always, but
+    /// under loom, whose segments are shorter than a word (the others' bounds are multiples of
+    /// `FIRST_SEGMENT`, itself a multiple of 64).
     #[inline]
-    fn word_cells(&self, word: u32) -> &[Name] {
+    fn word_cells(&self, word: u32) -> Option<&[Name]> {
         let first = word as usize * 64;
         if let Some(cells) = self.first.get(first..first + 64) {
-            return cells;
+            return Some(cells);
+        }
+        if first < FIRST_SEGMENT {
+            return None; // The word runs past the first segment.
         }
         let (segment, offset) = Self::locate(first as Slot);
-        &self.segment(segment)[offset..offset + 64]
+        self.segment(segment).get(offset..offset + 64)
     }
 
     /// The cell of `slot`, its segment made on first use.
@@ -149,8 +154,13 @@ impl PinnedNames<'_> {
     /// names read from one run of cells, room made once.
     #[inline]
     pub(crate) fn score_word(&self, scores: &mut OverlapScores, word: u32, bits: u64, depth: u32) {
-        let cells = self.names.word_cells(word);
         scores.reserve(bits.count_ones() as usize);
+        let Some(cells) = self.names.word_cells(word) else {
+            for slot in slots_of(word, bits) {
+                scores.push(self.name(slot), depth);
+            }
+            return;
+        };
         let mut rest = bits;
         while rest != 0 {
             let (id, rank) = &cells[rest.trailing_zeros() as usize % 64];
