@@ -32,13 +32,22 @@
 //!   one, as the answer needs;
 //! - `sets/split/N`: splitting them into those in a node and the others, as a scan-back does
 //!   at a probe.
+//!
+//! Reclaim (a writer thread retires 512 node-sized blocks and ends; the measuring thread's pins
+//! then collect them, as a query's pin collects every 128th time; the time is the collecting
+//! thread's only):
+//! - `reclaim/epoch_frees`: each block a deferred free of crossbeam-epoch's, as the tree
+//!   retired before its graveyard: the collecting thread frees the writer's allocations;
+//! - `reclaim/graveyard`: the tree's graveyard (`layouts/tree/graveyard.rs`): the writer hands
+//!   its batch to the epoch as one deferred function, and the collecting thread only moves it
+//!   onto a list that writers free.
 
 use criterion::measurement::WallTime;
 use criterion::{
     BenchmarkGroup, BenchmarkId, Criterion, Throughput, criterion_group, criterion_main,
 };
 use flash_indexer::LocalHash;
-use flash_indexer::testing::{CanonicalRoll, ChildProbe, CoverSets, SplitMix64};
+use flash_indexer::testing::{CanonicalRoll, ChildProbe, CoverSets, Reclaim, SplitMix64};
 use std::hint::black_box;
 use std::time::Duration;
 
@@ -138,5 +147,16 @@ fn sets(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, roll, probe, sets);
+fn reclaim(c: &mut Criterion) {
+    let mut group = lever_group(c, "reclaim", Duration::from_secs(2));
+    let lever = Reclaim::new(512);
+    for (name, graveyard) in [("epoch_frees", false), ("graveyard", true)] {
+        group.bench_function(name, |b| {
+            b.iter_custom(|rounds| (0..rounds).map(|_| lever.collect(graveyard)).sum())
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, roll, probe, sets, reclaim);
 criterion_main!(benches);

@@ -277,3 +277,90 @@ impl CoverSets {
         set.len()
     }
 }
+
+/// A block the size of a small tree node with a stride of its edge, retired by [`Reclaim`].
+#[cfg(any(feature = "positional", feature = "array", feature = "radix"))]
+type Retiree = [u8; 256];
+
+/// Frees a [`Retiree`].
+///
+/// # Safety
+/// `ptr` came from `Box::<Retiree>::into_raw` and nobody else can reach it.
+#[cfg(any(feature = "positional", feature = "array", feature = "radix"))]
+unsafe fn free_retiree(ptr: *mut ()) {
+    // SAFETY: the caller's contract.
+    drop(unsafe { Box::from_raw(ptr.cast::<Retiree>()) });
+}
+
+/// The reclamation lever: what a query's pin pays when it collects what a writer retired.
+///
+/// A writer thread allocates `objects` node-sized blocks and retires them, then ends; this
+/// thread then pins and flushes until the epoch has moved past them, as a query's pin collects
+/// every 128th time. Retired the way the tree did before its graveyard (each block a deferred
+/// free of the epoch's), the collecting thread frees all of them, which are the writer's
+/// allocations; through the graveyard (the tree now), it only moves the writer's batch onto
+/// the graveyard's list, and a writer frees it later (here: after the timing).
+///
+/// ```
+/// use flash_indexer::testing::Reclaim;
+///
+/// let reclaim = Reclaim::new(512);
+/// assert!(reclaim.collect(true) > std::time::Duration::ZERO);
+/// assert!(reclaim.collect(false) > std::time::Duration::ZERO);
+/// ```
+#[cfg(any(feature = "positional", feature = "array", feature = "radix"))]
+#[derive(Debug)]
+pub struct Reclaim {
+    objects: usize,
+}
+
+#[cfg(any(feature = "positional", feature = "array", feature = "radix"))]
+impl Reclaim {
+    /// Pins and flushes this many times: the epoch moves one step a flush, and a bag is freed two
+    /// steps after it was sealed.
+    const COLLECTS: usize = 4;
+
+    /// A lever that retires `objects` blocks a round (up to 512 are collected by one flush).
+    pub fn new(objects: usize) -> Self {
+        Self { objects }
+    }
+
+    /// One round: a writer retires the blocks (through the graveyard or, with `graveyard`
+    /// false, each to the epoch), then this thread's pins collect them. Returns how long the
+    /// collecting took on this thread.
+    pub fn collect(&self, graveyard: bool) -> std::time::Duration {
+        use crate::layouts::tree::graveyard as yard;
+        let objects = self.objects;
+        std::thread::scope(|s| {
+            s.spawn(move || {
+                let guard = crossbeam_epoch::pin();
+                for _ in 0..objects {
+                    let ptr = Box::into_raw(Box::new([0u8; 256])).cast::<()>();
+                    if graveyard {
+                        // SAFETY: the block is this thread's alone and retired once;
+                        // `free_retiree` frees it.
+                        unsafe { yard::retire(ptr, free_retiree, &guard) };
+                    } else {
+                        let free = move || {
+                            // SAFETY: as above.
+                            unsafe { free_retiree(ptr) }
+                        };
+                        // SAFETY: nobody else can reach the block; `free` is the only owner.
+                        unsafe { guard.defer_unchecked(free) };
+                    }
+                }
+                if graveyard {
+                    yard::flush(&guard);
+                }
+                guard.flush();
+            });
+        });
+        let start = std::time::Instant::now();
+        for _ in 0..Self::COLLECTS {
+            crossbeam_epoch::pin().flush();
+        }
+        let took = start.elapsed();
+        yard::free_buried();
+        took
+    }
+}

@@ -47,9 +47,9 @@ pub use fuzz_input::run_decode_input;
 #[cfg(feature = "arbitrary")]
 pub use fuzz_input::{MAX_FUZZ_STEPS, decode_fuzz_input, run_fuzz_input};
 pub use layouts::{IndexFactory, Inspect, Residue, enabled_layouts, naive_factory};
-#[cfg(any(feature = "positional", feature = "array", feature = "radix"))]
-pub use levers::ChildProbe;
 pub use levers::{CanonicalRoll, CoverSets};
+#[cfg(any(feature = "positional", feature = "array", feature = "radix"))]
+pub use levers::{ChildProbe, Reclaim};
 pub use runner::{
     Profile, agrees_with_reference, agrees_with_reference_using, assert_agrees_with_reference,
     assert_agrees_with_reference_using, scaled_cases,
