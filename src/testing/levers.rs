@@ -279,14 +279,20 @@ impl CoverSets {
 }
 
 /// A block the size of a small tree node with a stride of its edge, retired by [`Reclaim`].
-#[cfg(any(feature = "positional", feature = "array", feature = "radix"))]
+#[cfg(all(
+    not(loom),
+    any(feature = "positional", feature = "array", feature = "radix")
+))]
 type Retiree = [u8; 256];
 
 /// Frees a [`Retiree`].
 ///
 /// # Safety
 /// `ptr` came from `Box::<Retiree>::into_raw` and nobody else can reach it.
-#[cfg(any(feature = "positional", feature = "array", feature = "radix"))]
+#[cfg(all(
+    not(loom),
+    any(feature = "positional", feature = "array", feature = "radix")
+))]
 unsafe fn free_retiree(ptr: *mut ()) {
     // SAFETY: the caller's contract.
     drop(unsafe { Box::from_raw(ptr.cast::<Retiree>()) });
@@ -308,13 +314,21 @@ unsafe fn free_retiree(ptr: *mut ()) {
 /// assert!(reclaim.collect(true) > std::time::Duration::ZERO);
 /// assert!(reclaim.collect(false) > std::time::Duration::ZERO);
 /// ```
-#[cfg(any(feature = "positional", feature = "array", feature = "radix"))]
+///
+/// Not under loom, where the tree's retiring defers each object to the epoch directly.
+#[cfg(all(
+    not(loom),
+    any(feature = "positional", feature = "array", feature = "radix")
+))]
 #[derive(Debug)]
 pub struct Reclaim {
     objects: usize,
 }
 
-#[cfg(any(feature = "positional", feature = "array", feature = "radix"))]
+#[cfg(all(
+    not(loom),
+    any(feature = "positional", feature = "array", feature = "radix")
+))]
 impl Reclaim {
     /// Pins and flushes this many times: the epoch moves one step a flush, and a bag is freed two
     /// steps after it was sealed.

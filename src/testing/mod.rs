@@ -47,9 +47,14 @@ pub use fuzz_input::run_decode_input;
 #[cfg(feature = "arbitrary")]
 pub use fuzz_input::{MAX_FUZZ_STEPS, decode_fuzz_input, run_fuzz_input};
 pub use layouts::{IndexFactory, Inspect, Residue, enabled_layouts, naive_factory};
-pub use levers::{CanonicalRoll, CoverSets};
 #[cfg(any(feature = "positional", feature = "array", feature = "radix"))]
-pub use levers::{ChildProbe, Reclaim};
+pub use levers::ChildProbe;
+#[cfg(all(
+    not(loom),
+    any(feature = "positional", feature = "array", feature = "radix")
+))]
+pub use levers::Reclaim;
+pub use levers::{CanonicalRoll, CoverSets};
 pub use runner::{
     Profile, agrees_with_reference, agrees_with_reference_using, assert_agrees_with_reference,
     assert_agrees_with_reference_using, scaled_cases,
