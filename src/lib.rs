@@ -42,6 +42,8 @@ mod counters;
 pub mod docs;
 mod error;
 pub mod hash;
+#[cfg_attr(loom, allow(dead_code))]
+mod inbox;
 mod index;
 #[path = "core/mod.rs"]
 mod index_core;
