@@ -379,3 +379,58 @@ fn flush_latch_waits_for_every_writer() {
         }
     });
 }
+
+/// The writer pool's queue ([`crate::inbox`]): messages reach a writer that naps or sleeps,
+/// in order, before the queue closes, and what the writer gives back reaches the sender. Loom's
+/// timed waits never time out, so a writer that a sender fails to wake hangs the model, which
+/// loom reports as a deadlock: with `naps == 0` the writer sleeps and an ordinary message must
+/// wake it; with `naps == 1` it may be napping and only the urgent message wakes it.
+fn inbox_model(naps: u32) {
+    use crate::inbox::Inbox;
+    use loom::sync::{Condvar, Mutex};
+    loom::model(move || {
+        let inbox = Arc::new(Inbox::<u32, u32>::with_naps(2, naps));
+        let seen = Arc::new((Mutex::new(Vec::new()), Condvar::new()));
+        let writer = {
+            let (inbox, seen) = (inbox.clone(), seen.clone());
+            thread::spawn(move || {
+                let (mut batch, mut spent) = (Vec::new(), Vec::new());
+                while inbox.take(&mut batch, &mut spent) {
+                    for msg in batch.drain(..) {
+                        seen.0.lock().unwrap().push(msg);
+                        seen.1.notify_one();
+                        spent.push(msg);
+                    }
+                    inbox.give_back(&mut spent);
+                }
+            })
+        };
+        let sent: Vec<u32> = match naps {
+            0 => vec![1],
+            _ => vec![1, 2],
+        };
+        for (i, &msg) in sent.iter().enumerate() {
+            inbox.send(msg, i == 1).unwrap();
+        }
+        // Taken before the close, whose wake would hide a missing one.
+        let mut got = seen.0.lock().unwrap();
+        while got.len() < sent.len() {
+            got = seen.1.wait(got).unwrap();
+        }
+        assert_eq!(*got, sent);
+        drop(got);
+        inbox.close();
+        writer.join().unwrap();
+        inbox.reclaim();
+    });
+}
+
+#[test]
+fn inbox_wakes_a_sleeping_writer() {
+    inbox_model(0);
+}
+
+#[test]
+fn inbox_wakes_a_napping_writer_for_urgent_messages() {
+    inbox_model(1);
+}
