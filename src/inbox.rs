@@ -292,7 +292,7 @@ fn wait<'a, G>(condvar: &Condvar, guard: MutexGuard<'a, G>) -> MutexGuard<'a, G>
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
-    use std::sync::Arc;
+    use std::sync::Arc; // sync-shim: these tests run real threads, never under loom
     use std::time::Instant;
 
     /// Takes batches on a thread of its own until the inbox closes; returns them in order.
@@ -320,7 +320,7 @@ mod tests {
     #[test]
     fn a_napping_writer_takes_an_ordinary_message_within_its_nap() {
         let inbox = Arc::new(Inbox::<u32>::new(8));
-        let (tx, rx) = std::sync::mpsc::channel();
+        let (tx, rx) = std::sync::mpsc::channel(); // sync-shim: a real thread's report
         let writer = {
             let inbox = inbox.clone();
             std::thread::spawn(move || {
