@@ -53,7 +53,8 @@ std::thread_local! {
     static SEEN: core::cell::Cell<HashSet<SeqHash, RandomState>> = core::cell::Cell::default();
     /// Where the blocks of the event being stored were when it was validated.
     static FOUND: core::cell::Cell<Vec<Option<Loc>>> = core::cell::Cell::default();
-    /// Local hashes of blocks being detached, read from the layout.
+    /// Local hashes of blocks being detached, read from the layout; or of the new blocks of an
+    /// event being attached at once (see `HeldBlocks::store_fresh`).
     static LOCALS: core::cell::Cell<Vec<LocalHash>> = core::cell::Cell::default();
 }
 
@@ -209,7 +210,7 @@ impl<L: Layout> HeldBlocks<L> {
         for id in pending.drain(..) {
             let run = &self.runs[id as usize];
             if run.rooted && (run.reach as usize) < run.end() {
-                self.attach(layout, guard, canon, id);
+                self.attach(layout, guard, canon, id, None);
             }
         }
         self.pending = pending;
@@ -316,12 +317,25 @@ impl<L: Layout> HeldBlocks<L> {
             debug_assert_eq!(new, id, "the run id `at` was given");
         }
         let run = &mut self.runs[id as usize];
-        run.extend(fresh);
+        // All of a rooted run reachable: the new blocks are attached now, their local hashes
+        // handed to the layout from a buffer of the thread's instead of through the run's list
+        // of unreachable ones (an allocation and a free an event).
+        let at_once = run.rooted && run.reach as usize == run.len();
+        match at_once {
+            true => run.seqs.extend(fresh.iter().map(|block| block.seq)),
+            false => run.extend(fresh),
+        }
         if !self.kids.is_empty() && fresh.iter().any(|b| self.kids.contains_key(&b.seq)) {
             // Runs that stayed held while one of these blocks was gone come back with it.
             run.may_branch = true;
         }
-        if run.rooted {
+        if at_once {
+            let mut locals = LOCALS.take();
+            locals.clear();
+            locals.extend(fresh.iter().map(|block| block.local));
+            self.attach(layout, guard, canon, id, Some(&locals));
+            LOCALS.set(locals);
+        } else if run.rooted {
             self.pending.push(id);
         }
         true
@@ -486,7 +500,7 @@ impl<L: Layout> HeldBlocks<L> {
         debug_assert!(was_hole, "a hole's offset is in its run's holes");
         self.holes -= 1;
         if run.rooted && run.reach as usize == loc.off() {
-            self.attach(layout, guard, canon, loc.run);
+            self.attach(layout, guard, canon, loc.run, None);
         }
     }
 
@@ -539,8 +553,16 @@ impl<L: Layout> HeldBlocks<L> {
     }
 
     /// Attaches the rooted run `root` from its reach to its first hole, then the runs under the
-    /// blocks it attached, parents before children: one layout call per run.
-    fn attach(&mut self, layout: &L, guard: &L::Guard<'_>, canon: &Canon, root: RunId) {
+    /// blocks it attached, parents before children: one layout call per run. The root's blocks'
+    /// local hashes are `staged` when given (the run keeps none), else the run's.
+    fn attach(
+        &mut self,
+        layout: &L,
+        guard: &L::Guard<'_>,
+        canon: &Canon,
+        root: RunId,
+        staged: Option<&[LocalHash]>,
+    ) {
         // Neither list allocates unless runs hang under the attached blocks.
         let mut stack = Vec::new();
         let mut rooted: Vec<(RunId, Key, L::Handle)> = Vec::new();
@@ -557,7 +579,11 @@ impl<L: Layout> HeldBlocks<L> {
                 // and writes nothing per block here.
                 let pos = tip.map_or(0, |(key, _)| key.pos + 1);
                 // The blocks from `reach` on are unreachable: their local hashes are the run's.
-                let locals = &run.unreachable[..end - from];
+                let staged = staged.filter(|_| id == root);
+                let locals = match staged {
+                    Some(staged) => &staged[..end - from],
+                    None => &run.unreachable[..end - from],
+                };
                 if L::KEYED {
                     canon.children(tip.map(|(key, _)| key), locals.iter().copied(), &mut keys);
                 }
@@ -584,7 +610,7 @@ impl<L: Layout> HeldBlocks<L> {
                         }
                     }
                 });
-                run.attached(end - from, &keys);
+                run.attached(end - from, &keys, staged.is_none());
             }
             for (k, key, handle) in rooted.drain(..) {
                 let kid = &mut self.runs[k as usize];

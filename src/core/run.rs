@@ -272,10 +272,13 @@ impl<H: Stretch> Run<H> {
 
     /// Records `n` blocks just attached from offset `reach` on (their handles are already
     /// pushed), with their keys unless the layout is not keyed (`keys` empty). Their local
-    /// hashes are the layout's from now on.
-    pub(super) fn attached(&mut self, n: usize, keys: &[Key]) {
-        self.unreachable.drain(..n);
-        self.unreachable_shrunk();
+    /// hashes are the layout's from now on; `kept` says the run kept them till now (else the
+    /// blocks were attached as they came, and it never did).
+    pub(super) fn attached(&mut self, n: usize, keys: &[Key], kept: bool) {
+        if kept {
+            self.unreachable.drain(..n);
+            self.unreachable_shrunk();
+        }
         let from = self.reach as usize;
         for (i, key) in keys.iter().enumerate() {
             match from + i {
