@@ -9,10 +9,17 @@
 //!
 //! So the epoch no longer frees tree memory itself. A writer gathers what it retires in a
 //! thread-local batch and, every so many mutations, hands the batch to the epoch as *one*
-//! deferred function. That function only moves the batch onto a lock-free list, the graveyard
-//! (one compare-and-swap, no allocation, no free), once no reader can reach what it holds. The
-//! writers free the graveyard's batches right after handing over their own. A query that
-//! collects therefore runs at most eight such moves.
+//! deferred function. That function only moves the batch onto a lock-free list, the retiring
+//! thread's graveyard (one compare-and-swap, no allocation, no free), once no reader can reach
+//! what it holds. Each writer frees its own graveyard's batches right after handing over its
+//! batch. A query that collects therefore runs at most eight such moves.
+//!
+//! Each thread frees what it retired, not every writer's: a writer mostly retires what it
+//! allocated (a worker's events go to one writer thread, and its tails are its own), and glibc
+//! frees another thread's allocation under that thread's arena lock. With one graveyard for all
+//! writers, those locks were most of what was left of the writers' system calls on the trace
+//! replay. A graveyard outlives its thread while batches are on their way to it, and frees what
+//! it holds when the last of them is buried.
 //!
 //! What waits in a writer's batch or in the graveyard is bounded by what the writers retired
 //! since they last flushed; a pool's writers flush when it is idle
@@ -22,8 +29,12 @@
 //! thread-locals, which a batch would outlive); the graveyard's list has its own model below.
 
 use crate::sync::atomic::{AtomicPtr, Ordering};
+#[cfg(not(loom))]
+use crate::sync::{Arc, Mutex, lock};
 use crossbeam_epoch::Guard;
 use std::ptr;
+#[cfg(not(loom))]
+use std::sync::Weak; // sync-shim: the registry of graveyards, never built under loom
 
 /// An object retired by the tree: its address and how to free it.
 #[cfg_attr(loom, allow(dead_code))] // Under loom only the list's own model uses it.
@@ -114,13 +125,30 @@ impl Drop for Graveyard {
     }
 }
 
+/// Every thread's graveyard, for [`free_buried`] (which frees them all: memory readings).
 #[cfg(not(loom))]
-static GRAVEYARD: Graveyard = Graveyard::new();
+static GRAVEYARDS: Mutex<Vec<Weak<Graveyard>>> = Mutex::new(Vec::new());
 
 #[cfg(not(loom))]
 thread_local! {
     /// What this thread retired since it last handed a batch to the epoch.
     static PENDING: Pending = const { Pending(std::cell::RefCell::new(Vec::new())) };
+    /// Where this thread's batches go once their grace period has passed.
+    static OWN: Arc<Graveyard> = {
+        let yard = Arc::new(Graveyard::new());
+        let mut all = lock(&GRAVEYARDS);
+        all.retain(|weak| weak.strong_count() > 0);
+        all.push(Arc::downgrade(&yard));
+        yard
+    };
+}
+
+/// This thread's graveyard; a new one, freed once its batch is buried, when the thread's own
+/// is gone (a thread's batch handed over as it ends).
+#[cfg(not(loom))]
+fn own() -> Arc<Graveyard> {
+    OWN.try_with(Arc::clone)
+        .unwrap_or_else(|_| Arc::new(Graveyard::new()))
 }
 
 #[cfg(not(loom))]
@@ -157,7 +185,7 @@ pub(crate) unsafe fn retire(ptr: *mut (), free: unsafe fn(*mut ()), guard: &Guar
     unsafe { guard.defer_unchecked(move || free(ptr)) };
 }
 
-/// Hands this thread's batch to the epoch and frees what the graveyard holds.
+/// Hands this thread's batch to the epoch and frees what its graveyard holds.
 #[cfg(not(loom))]
 pub(crate) fn flush(guard: &Guard) {
     let items = PENDING.with(|p| {
@@ -172,7 +200,8 @@ pub(crate) fn flush(guard: &Guard) {
     if let Some(items) = items {
         defer_batch(items, guard);
     }
-    GRAVEYARD.free_all();
+    // A thread being torn down has no graveyard of its own left: nothing to free then.
+    let _ = OWN.try_with(|yard| yard.free_all());
 }
 
 #[cfg(loom)]
@@ -180,10 +209,12 @@ pub(crate) fn flush(guard: &Guard) {
     guard.flush();
 }
 
-/// Frees what the graveyard holds now (tests and memory readings; writers do it in [`flush`]).
+/// Frees what every thread's graveyard holds now (tests and memory readings; writers free
+/// their own in [`flush`]). Any thread may take a graveyard's list.
 #[cfg(all(not(loom), feature = "testing"))]
 pub(crate) fn free_buried() -> usize {
-    GRAVEYARD.free_all()
+    let yards: Vec<Arc<Graveyard>> = lock(&GRAVEYARDS).iter().filter_map(Weak::upgrade).collect();
+    yards.iter().map(|yard| yard.free_all()).sum()
 }
 
 #[cfg(not(loom))]
@@ -193,8 +224,9 @@ fn defer_batch(items: Vec<Retired>, guard: &Guard) {
         items,
     });
     // The deferred function only moves the batch: whichever thread runs it (a query, too) frees
-    // nothing.
-    guard.defer(move || GRAVEYARD.bury(batch));
+    // nothing, unless the graveyard's thread is gone and this was its last batch.
+    let yard = own();
+    guard.defer(move || yard.bury(batch));
     guard.flush();
 }
 
