@@ -18,8 +18,8 @@
 //! allocated (a worker's events go to one writer thread, and its tails are its own), and glibc
 //! frees another thread's allocation under that thread's arena lock. With one graveyard for all
 //! writers, those locks were most of what was left of the writers' system calls on the trace
-//! replay. A graveyard outlives its thread while batches are on their way to it, and frees what
-//! it holds when the last of them is buried.
+//! replay. A graveyard outlives its thread while batches are on their way to it; once the last
+//! is buried, what it holds moves to a graveyard of orphans that every writer frees.
 //!
 //! What waits in a writer's batch or in the graveyard is bounded by what the writers retired
 //! since they last flushed; a pool's writers flush when it is idle
@@ -94,6 +94,20 @@ impl Graveyard {
         }
     }
 
+    /// Moves every batch of the list onto `to`'s (frees nothing).
+    #[cfg(not(loom))]
+    fn hand_over(&self, to: &Graveyard) {
+        // Acquire: as in `free_all`, the batches are read (their `next`) before they move.
+        let mut batch = self.head.swap(ptr::null_mut(), Ordering::Acquire);
+        while !batch.is_null() {
+            // SAFETY: the swap made the list ours alone; each batch came from `Box::into_raw`
+            // in `bury` and is taken once.
+            let owned = unsafe { Box::from_raw(batch) };
+            batch = owned.next;
+            to.bury(owned);
+        }
+    }
+
     /// Takes the whole list and frees every object in it; returns how many.
     fn free_all(&self) -> usize {
         // A cheap look first: writers call this after every hand-over.
@@ -125,17 +139,34 @@ impl Drop for Graveyard {
     }
 }
 
+/// A thread's graveyard. When the last reference goes (its thread has ended, and its last batch
+/// is buried), what it still holds moves to [`ORPHANS`], without a free on whichever thread
+/// buried that batch (it can be a query's).
+#[cfg(not(loom))]
+struct ThreadYard(Graveyard);
+
+#[cfg(not(loom))]
+impl Drop for ThreadYard {
+    fn drop(&mut self) {
+        self.0.hand_over(&ORPHANS);
+    }
+}
+
+/// Batches of threads that have ended; every writer's [`flush`] frees them.
+#[cfg(not(loom))]
+static ORPHANS: Graveyard = Graveyard::new();
+
 /// Every thread's graveyard, for [`free_buried`] (which frees them all: memory readings).
 #[cfg(not(loom))]
-static GRAVEYARDS: Mutex<Vec<Weak<Graveyard>>> = Mutex::new(Vec::new());
+static GRAVEYARDS: Mutex<Vec<Weak<ThreadYard>>> = Mutex::new(Vec::new());
 
 #[cfg(not(loom))]
 thread_local! {
     /// What this thread retired since it last handed a batch to the epoch.
     static PENDING: Pending = const { Pending(std::cell::RefCell::new(Vec::new())) };
     /// Where this thread's batches go once their grace period has passed.
-    static OWN: Arc<Graveyard> = {
-        let yard = Arc::new(Graveyard::new());
+    static OWN: Arc<ThreadYard> = {
+        let yard = Arc::new(ThreadYard(Graveyard::new()));
         let mut all = lock(&GRAVEYARDS);
         all.retain(|weak| weak.strong_count() > 0);
         all.push(Arc::downgrade(&yard));
@@ -143,12 +174,10 @@ thread_local! {
     };
 }
 
-/// This thread's graveyard; a new one, freed once its batch is buried, when the thread's own
-/// is gone (a thread's batch handed over as it ends).
+/// This thread's graveyard; `None` once it is gone (a batch handed over as the thread ends).
 #[cfg(not(loom))]
-fn own() -> Arc<Graveyard> {
-    OWN.try_with(Arc::clone)
-        .unwrap_or_else(|_| Arc::new(Graveyard::new()))
+fn own() -> Option<Arc<ThreadYard>> {
+    OWN.try_with(Arc::clone).ok()
 }
 
 #[cfg(not(loom))]
@@ -201,7 +230,8 @@ pub(crate) fn flush(guard: &Guard) {
         defer_batch(items, guard);
     }
     // A thread being torn down has no graveyard of its own left: nothing to free then.
-    let _ = OWN.try_with(|yard| yard.free_all());
+    let _ = OWN.try_with(|yard| yard.0.free_all());
+    ORPHANS.free_all();
 }
 
 #[cfg(loom)]
@@ -213,8 +243,12 @@ pub(crate) fn flush(guard: &Guard) {
 /// their own in [`flush`]). Any thread may take a graveyard's list.
 #[cfg(all(not(loom), feature = "testing"))]
 pub(crate) fn free_buried() -> usize {
-    let yards: Vec<Arc<Graveyard>> = lock(&GRAVEYARDS).iter().filter_map(Weak::upgrade).collect();
-    yards.iter().map(|yard| yard.free_all()).sum()
+    let yards: Vec<Arc<ThreadYard>> = lock(&GRAVEYARDS).iter().filter_map(Weak::upgrade).collect();
+    let freed: usize = yards.iter().map(|yard| yard.0.free_all()).sum();
+    // Dropped before the orphans are freed: a graveyard whose thread ended moves its batches
+    // there as the last reference goes.
+    drop(yards);
+    freed + ORPHANS.free_all()
 }
 
 #[cfg(not(loom))]
@@ -224,9 +258,12 @@ fn defer_batch(items: Vec<Retired>, guard: &Guard) {
         items,
     });
     // The deferred function only moves the batch: whichever thread runs it (a query, too) frees
-    // nothing, unless the graveyard's thread is gone and this was its last batch.
+    // nothing.
     let yard = own();
-    guard.defer(move || yard.bury(batch));
+    guard.defer(move || match yard {
+        Some(yard) => yard.0.bury(batch),
+        None => ORPHANS.bury(batch),
+    });
     guard.flush();
 }
 
