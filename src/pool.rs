@@ -185,10 +185,8 @@ impl<I: KvIndex + ?Sized + 'static> WriterPool<I> {
         self.queue(event.worker.id)
             .send(Msg::Event(event), false)
             .map_err(|refused| match refused {
-                Refused::Stopped(Msg::Event(event)) | Refused::Full(Msg::Event(event)) => {
-                    SubmitError::Closed(event)
-                }
-                _ => unreachable!("the message sent was an event"),
+                Refused::Stopped(Msg::Event(event)) => SubmitError::Closed(event),
+                _ => unreachable!("`send` waits for room, and the message sent was an event"),
             })
     }
 
