@@ -2,8 +2,9 @@
 //!
 //! A worker must find any seq it holds (a parent, a block to remove) in one probe. A map from
 //! seq to place stores the seq twice, once in the map and once in its run's blocks, which is why
-//! it was 16 bytes an entry. This table stores the place alone (8 bytes an entry, with a few bits
-//! of the seq's hash in the offset's spare bits to skip most entries unread) and is asked
+//! it was 16 bytes an entry. This table stores the place alone (4 bytes an entry while the
+//! worker's runs and offsets fit in 32 bits with room to double, else 8; with the bits left
+//! over filled from the seq's hash, to skip most entries unread) and is asked
 //! with the runs beside it: an entry *matches* a seq when the run block at its place is that
 //! seq. A worker holds a seq in one place at most (the core's invariant), so whichever matching
 //! entry a probe finds first names the only place there is.
@@ -41,7 +42,17 @@ fn seq_at<H>(runs: &[Run<H>], loc: Loc) -> Option<SeqHash> {
     runs.get(loc.run as usize)?.seqs.get(loc.off()).copied()
 }
 
-/// One entry: a place, and 7 bits of its seq's hash beside the 7 the table's own tag keeps.
+/// How an entry holds a place: the two formats a table can have, chosen when it is built.
+trait Format: Copy + 'static {
+    /// What the table stores per entry.
+    type Code: Copy + Eq;
+    fn encode(self, loc: Loc, hash: u64) -> Self::Code;
+    fn decode(self, code: Self::Code) -> Loc;
+    /// Whether the entry can be the place of a seq with this hash.
+    fn may_be(self, code: Self::Code, hash: u64) -> bool;
+}
+
+/// The wide format: a place, and 7 bits of its seq's hash beside the 7 the table's own tag keeps.
 ///
 /// A probe asks the runs only about entries whose bits match, so a seq that is not there costs
 /// a probe of the table and almost never a read of a run (one entry in 2^14 instead of one in
@@ -60,40 +71,148 @@ const FILTERED: u32 = 1 << 31;
 /// Offsets below this leave room for the hash bits.
 const SHORT: u32 = 1 << 24;
 
+/// Tables in the wide format.
+#[derive(Clone, Copy, Debug)]
+struct Wide;
+
 impl Entry {
     /// The hash bits an entry keeps: apart from hashbrown's tag (the top 7) and its bucket
     /// index (the low bits).
     fn bits(hash: u64) -> u32 {
         (hash >> 48) as u32 & 0x7f
     }
+}
 
-    fn new(loc: Loc, hash: u64) -> Self {
+impl Format for Wide {
+    type Code = Entry;
+
+    fn encode(self, loc: Loc, hash: u64) -> Entry {
         let off = loc.off() as u32;
         let code = match off < SHORT {
-            true => FILTERED | Self::bits(hash) << 24 | off,
+            true => FILTERED | Entry::bits(hash) << 24 | off,
             false => off,
         };
-        Self { run: loc.run, code }
+        Entry { run: loc.run, code }
     }
 
-    fn loc(self) -> Loc {
-        let off = match self.code & FILTERED {
-            0 => self.code,
-            _ => self.code & (SHORT - 1),
+    fn decode(self, entry: Entry) -> Loc {
+        let off = match entry.code & FILTERED {
+            0 => entry.code,
+            _ => entry.code & (SHORT - 1),
         };
-        Loc::new(self.run, off as usize)
+        Loc::new(entry.run, off as usize)
     }
 
-    /// Whether the entry can be the place of a seq with this hash.
-    fn may_be(self, hash: u64) -> bool {
-        self.code & FILTERED == 0 || (self.code >> 24) & 0x7f == Self::bits(hash)
+    fn may_be(self, entry: Entry, hash: u64) -> bool {
+        entry.code & FILTERED == 0 || (entry.code >> 24) & 0x7f == Entry::bits(hash)
     }
+}
+
+/// The narrow format: a place in 32 bits, the offset in the low `off_bits`, the run above it,
+/// and as many bits of the seq's hash as are left above that (none, possibly), for the same
+/// filtering as [`Wide`]'s.
+///
+/// Half the bytes of a wide entry, and a table is most of what a worker keeps a block for
+/// beside its seq: on the shared-prefix preset, where every worker holds a few dozen runs of a
+/// few hundred blocks, the narrow format cut the bytes per held pair by 6.5. A table is built
+/// narrow whenever the places it could be asked to file fit with room to grow: runs and
+/// offsets twice what they are at the build. A worker outgrowing that is rebuilt (by
+/// [`Places::reserve`], before an event files anything), so a rebuild for the format is a
+/// doubling away from the last.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Narrow {
+    off_bits: u32,
+    run_bits: u32,
+}
+
+impl Narrow {
+    /// A format for run ids below `runs` and offsets below `offs`, with room for twice as many
+    /// of each; `None` when that takes more than 32 bits.
+    fn with_room(runs: usize, offs: usize) -> Option<Self> {
+        let bits = |n: usize| usize::BITS - (2 * n.max(1) - 1).leading_zeros();
+        let (run_bits, off_bits) = (bits(runs), bits(offs));
+        (run_bits + off_bits <= u32::BITS).then_some(Self { off_bits, run_bits })
+    }
+
+    /// Whether run ids below `runs` and offsets below `offs` fit.
+    fn fits(self, runs: usize, offs: usize) -> bool {
+        runs <= 1 << self.run_bits && offs <= 1 << self.off_bits
+    }
+
+    fn filter_shift(self) -> u32 {
+        self.off_bits + self.run_bits
+    }
+
+    /// The hash bits an entry keeps: from bit 25 on, apart from the bucket index of any table
+    /// of fewer than 2^25 buckets (the low bits), and mostly apart from hashbrown's tag (the
+    /// top 7).
+    fn bits(self, hash: u64) -> u32 {
+        match self.filter_shift() {
+            u32::BITS => 0,
+            shift => ((hash >> 25) as u32) << shift,
+        }
+    }
+}
+
+impl Format for Narrow {
+    type Code = u32;
+
+    fn encode(self, loc: Loc, hash: u64) -> u32 {
+        debug_assert!(
+            self.fits(loc.run as usize + 1, loc.off() + 1),
+            "{loc:?} fits"
+        );
+        self.bits(hash) | loc.run << self.off_bits | loc.off() as u32
+    }
+
+    fn decode(self, code: u32) -> Loc {
+        let place = match self.filter_shift() {
+            u32::BITS => code,
+            shift => code & ((1 << shift) - 1),
+        };
+        let off = place & ((1 << self.off_bits) - 1);
+        Loc::new(place >> self.off_bits, off as usize)
+    }
+
+    fn may_be(self, code: u32, hash: u64) -> bool {
+        match self.filter_shift() {
+            u32::BITS => true,
+            shift => code >> shift == self.bits(hash) >> shift,
+        }
+    }
+}
+
+/// The entries of a table in either format.
+#[derive(Debug)]
+enum Table {
+    Narrow(HashTable<u32>, Narrow),
+    Wide(HashTable<Entry>),
+}
+
+/// Runs `$body` with `$t` bound to the table and `$f` to its format.
+macro_rules! with_table {
+    ($table:expr, $t:ident, $f:ident => $body:expr) => {
+        match $table {
+            Table::Narrow($t, format) => {
+                let $f = *format;
+                $body
+            }
+            Table::Wide($t) => {
+                let $f = Wide;
+                $body
+            }
+        }
+    };
 }
 
 /// The hash an entry is filed under when the table moves it: that of the seq its place holds
 /// now (garbage then files under whatever it points at, which is as good as anywhere).
-fn rehasher<'a, H>(hasher: &'a RandomState, runs: &'a [Run<H>]) -> impl Fn(&Entry) -> u64 + 'a {
-    move |entry| seq_at(runs, entry.loc()).map_or(0, |seq| hasher.hash_one(seq.0))
+fn rehasher<'a, H, F: Format>(
+    hasher: &'a RandomState,
+    runs: &'a [Run<H>],
+    format: F,
+) -> impl Fn(&F::Code) -> u64 + 'a {
+    move |&code| seq_at(runs, format.decode(code)).map_or(0, |seq| hasher.hash_one(seq.0))
 }
 
 /// Where a table's probes start, to ask for a probe's lines before it runs ([`Places::warm`]).
@@ -103,23 +222,28 @@ pub(super) struct ProbeLines {
     /// The table's control bytes.
     ctrl: *const u8,
     mask: usize,
+    /// Bytes of an entry.
+    entry: usize,
 }
 
 /// The places of one worker's seqs; see the module docs.
 #[derive(Debug)]
 pub(super) struct Places {
-    table: HashTable<Entry>,
+    table: Table,
     hasher: RandomState,
     /// Places of the runs that hold a block or a hole; the other entries are garbage.
     live: usize,
+    /// No place filed since the table was built has a larger offset.
+    top_off: usize,
 }
 
 impl Places {
     pub(super) fn new() -> Self {
         Self {
-            table: HashTable::new(),
+            table: Table::Narrow(HashTable::new(), Narrow::with_room(1, 1).expect("fits")),
             hasher: RandomState::default(),
             live: 0,
+            top_off: 0,
         }
     }
 
@@ -136,8 +260,10 @@ impl Places {
     /// Where `seq` is (with no hole mark), if a run holds it.
     pub(super) fn find<H>(&self, runs: &[Run<H>], seq: SeqHash) -> Option<Loc> {
         let hash = self.hash(seq);
-        let matches = |e: &Entry| e.may_be(hash) && seq_at(runs, e.loc()) == Some(seq);
-        self.table.find(hash, matches).map(|e| e.loc())
+        with_table!(&self.table, t, f => {
+            let matches = |&c: &_| f.may_be(c, hash) && seq_at(runs, f.decode(c)) == Some(seq);
+            t.find(hash, matches).map(|&c| f.decode(c))
+        })
     }
 
     /// Records that `seq` was just put at `loc`, a place that held nothing, where no other place
@@ -145,9 +271,10 @@ impl Places {
     pub(super) fn insert<H>(&mut self, runs: &[Run<H>], seq: SeqHash, loc: Loc) {
         debug_assert_eq!(seq_at(runs, loc), Some(seq), "the block is in its run");
         let hash = self.hash(seq);
-        let rehash = rehasher(&self.hasher, runs);
-        self.table
-            .insert_unique(hash, Entry::new(loc, hash), rehash);
+        self.top_off = self.top_off.max(loc.off());
+        with_table!(&mut self.table, t, f => {
+            t.insert_unique(hash, f.encode(loc, hash), rehasher(&self.hasher, runs, f));
+        });
         self.live += 1;
     }
 
@@ -162,17 +289,26 @@ impl Places {
         claimed: impl Fn(Loc) -> bool,
     ) -> bool {
         let hash = self.hash(seq);
-        let taken =
-            |e: &Entry| e.may_be(hash) && (claimed(e.loc()) || seq_at(runs, e.loc()) == Some(seq));
-        let rehash = rehasher(&self.hasher, runs);
-        match self.table.entry(hash, taken, rehash) {
-            Vacancy::Occupied(_) => false,
-            Vacancy::Vacant(vacant) => {
-                vacant.insert(Entry::new(loc, hash));
-                self.live += 1;
-                true
+        let filed = with_table!(&mut self.table, t, f => {
+            let taken = |&c: &_| {
+                f.may_be(c, hash) && {
+                    let at = f.decode(c);
+                    claimed(at) || seq_at(runs, at) == Some(seq)
+                }
+            };
+            match t.entry(hash, taken, rehasher(&self.hasher, runs, f)) {
+                Vacancy::Occupied(_) => false,
+                Vacancy::Vacant(vacant) => {
+                    vacant.insert(f.encode(loc, hash));
+                    true
+                }
             }
+        });
+        if filed {
+            self.top_off = self.top_off.max(loc.off());
+            self.live += 1;
         }
+        filed
     }
 
     /// Where this table's probes start (`None` while it is empty), for [`Places::warm`].
@@ -182,11 +318,15 @@ impl Places {
     /// is derived from a filled slot's. Were hashbrown to lay its table out otherwise, the asks
     /// would be wasted, not wrong, since nothing is read through them; a test checks the layout.
     pub(super) fn probe_lines(&self) -> Option<ProbeLines> {
-        let filled = self.table.iter_buckets().next()?;
-        let slot = std::ptr::from_ref(self.table.get_bucket(filled)?).cast::<u8>();
-        Some(ProbeLines {
-            ctrl: slot.wrapping_add((filled + 1) * size_of::<Entry>()),
-            mask: self.table.num_buckets() - 1,
+        with_table!(&self.table, t, _f => {
+            let filled = t.iter_buckets().next()?;
+            let slot = std::ptr::from_ref(t.get_bucket(filled)?).cast::<u8>();
+            let entry = size_of_val(t.get_bucket(filled)?);
+            Some(ProbeLines {
+                ctrl: slot.wrapping_add((filled + 1) * entry),
+                mask: t.num_buckets() - 1,
+                entry,
+            })
         })
     }
 
@@ -197,15 +337,17 @@ impl Places {
     pub(super) fn warm(&self, lines: ProbeLines, seq: SeqHash) {
         let home = self.hash(seq) as usize & lines.mask;
         prefetch(lines.ctrl.wrapping_add(home));
-        prefetch(lines.ctrl.wrapping_sub((home + 1) * size_of::<Entry>()));
+        prefetch(lines.ctrl.wrapping_sub((home + 1) * lines.entry));
     }
 
     /// Takes back the entry [`Places::claim`] filed for `seq` at `loc`.
     pub(super) fn unclaim(&mut self, seq: SeqHash, loc: Loc) {
         let hash = self.hash(seq);
-        let filed = Entry::new(loc, hash);
-        if let Ok(entry) = self.table.find_entry(hash, |&e| e == filed) {
-            entry.remove();
+        let removed = with_table!(&mut self.table, t, f => {
+            let filed = f.encode(loc, hash);
+            t.find_entry(hash, |&c| c == filed).map(|entry| entry.remove()).is_ok()
+        });
+        if removed {
             self.live -= 1;
         }
     }
@@ -214,17 +356,19 @@ impl Places {
     /// already).
     pub(super) fn moved<H>(&mut self, runs: &[Run<H>], seq: SeqHash, from: Loc, to: Loc) {
         let hash = self.hash(seq);
-        let (from, to) = (Entry::new(from, hash), Entry::new(to, hash));
-        match self.table.find_mut(hash, |&e| e == from) {
-            Some(entry) => *entry = to,
-            None => {
-                // Completeness says every place has an entry under its seq; were one missing,
-                // filing the new place keeps the table complete all the same.
-                debug_assert!(false, "no entry for a place that held {seq:?}");
-                self.table
-                    .insert_unique(hash, to, rehasher(&self.hasher, runs));
+        self.top_off = self.top_off.max(to.off());
+        with_table!(&mut self.table, t, f => {
+            let (from, to) = (f.encode(from, hash), f.encode(to, hash));
+            match t.find_mut(hash, |&c| c == from) {
+                Some(entry) => *entry = to,
+                None => {
+                    // Completeness says every place has an entry under its seq; were one
+                    // missing, filing the new place keeps the table complete all the same.
+                    debug_assert!(false, "no entry for a place that held {seq:?}");
+                    t.insert_unique(hash, to, rehasher(&self.hasher, runs, f));
+                }
             }
-        }
+        });
     }
 
     /// Records that `n` places no longer hold anything. Their entries stay, as garbage.
@@ -232,11 +376,29 @@ impl Places {
         self.live -= n;
     }
 
-    /// Makes room for `n` more entries: by a rebuild, which drops the garbage and grows the
-    /// table if it must.
+    fn len(&self) -> usize {
+        with_table!(&self.table, t, _f => t.len())
+    }
+
+    fn capacity(&self) -> usize {
+        with_table!(&self.table, t, _f => t.capacity())
+    }
+
+    /// Makes room for an event of `n` blocks: for `n` more entries, and for the places it can
+    /// file, in the table's format. By a rebuild, which drops the garbage and grows the table
+    /// or widens its format if it must.
+    ///
+    /// What an event of `n` blocks can file: offsets up to `n` past the largest filed so far
+    /// (it extends a run, or starts one), and run ids below `runs.len() + 2n` (each block at
+    /// most starts a run and cuts one in two).
     pub(super) fn reserve<H>(&mut self, runs: &[Run<H>], n: usize) {
-        let capacity = self.table.capacity();
-        if self.table.len() + n > capacity {
+        let capacity = self.capacity();
+        let (run_ids, offs) = (runs.len() + 2 * n, self.top_off + n + 1);
+        let fits = match &self.table {
+            Table::Narrow(_, format) => format.fits(run_ids, offs),
+            Table::Wide(_) => true,
+        };
+        if self.len() + n > capacity || !fits {
             // The same size when dropping the garbage frees an eighth of it, else at least twice
             // the size: either way the next rebuild is an eighth of the table away, so rebuilds
             // cost O(1) a place, amortized, and the table doubles only when the live places
@@ -246,38 +408,61 @@ impl Places {
                 true => capacity,
                 false => want.max(capacity + 1),
             };
-            self.rebuild(runs, room);
+            self.rebuild(runs, room, n);
         }
     }
 
     /// Drops the garbage once it outnumbers the live entries four to one and is worth a rebuild,
     /// which costs O(places + runs) (vacant runs included, hence the second bound).
     pub(super) fn shrink_if_sparse<H>(&mut self, runs: &[Run<H>]) {
-        let garbage = self.table.len() - self.live;
+        let garbage = self.len() - self.live;
         if garbage > 4 * self.live && garbage >= REBUILD_MIN && runs.len() <= 4 * garbage {
-            self.rebuild(runs, self.live);
+            self.rebuild(runs, self.live, 0);
         }
     }
 
-    /// Builds the table anew from the runs, with room for `capacity` entries: one entry per
-    /// place, read in order (cheaper than visiting every entry, garbage included, at random).
-    fn rebuild<H>(&mut self, runs: &[Run<H>], capacity: usize) {
+    /// Builds the table anew from the runs, with room for `capacity` entries and for an event of
+    /// `n` blocks' places (see [`Places::reserve`]): one entry per place, read in order (cheaper
+    /// than visiting every entry, garbage included, at random). Narrow when that fits.
+    fn rebuild<H>(&mut self, runs: &[Run<H>], capacity: usize, n: usize) {
+        let longest = runs.iter().map(|run| run.seqs.len()).max().unwrap_or(0);
+        self.top_off = longest.saturating_sub(1);
+        self.table = match Narrow::with_room(runs.len() + 2 * n, longest + n + 1) {
+            Some(format) => Table::Narrow(self.entries(runs, capacity, format), format),
+            None => Table::Wide(self.entries(runs, capacity, Wide)),
+        };
+        debug_assert_eq!(self.len(), self.live, "the runs hold every live place");
+    }
+
+    /// A table of one entry per place of `runs`, in `format`, with room for `capacity`.
+    fn entries<H, F: Format>(
+        &self,
+        runs: &[Run<H>],
+        capacity: usize,
+        format: F,
+    ) -> HashTable<F::Code> {
         let mut table = HashTable::with_capacity(capacity);
-        let rehash = rehasher(&self.hasher, runs);
+        let rehash = rehasher(&self.hasher, runs, format);
         for (id, run) in runs.iter().enumerate() {
             for (off, &seq) in run.seqs.iter().enumerate() {
                 let hash = self.hash(seq);
-                table.insert_unique(hash, Entry::new(Loc::new(id as u32, off), hash), &rehash);
+                let code = format.encode(Loc::new(id as u32, off), hash);
+                table.insert_unique(hash, code, &rehash);
             }
         }
-        debug_assert_eq!(table.len(), self.live, "the runs hold every live place");
-        self.table = table;
+        table
     }
 
     /// Bytes of the table's allocation.
     #[cfg(test)]
     fn allocation_size(&self) -> usize {
-        self.table.allocation_size()
+        with_table!(&self.table, t, _f => t.allocation_size())
+    }
+
+    /// Whether the table is in the narrow format.
+    #[cfg(test)]
+    fn is_narrow(&self) -> bool {
+        matches!(self.table, Table::Narrow(..))
     }
 }
 
@@ -313,20 +498,96 @@ mod tests {
     }
 
     #[test]
-    fn entries_keep_their_place_and_filter_by_hash_bits() {
+    fn wide_entries_keep_their_place_and_filter_by_hash_bits() {
         let (a, b) = (0x0012_3400_0000_0000_u64, 0x0045_6700_0000_0000_u64);
         assert_ne!(Entry::bits(a), Entry::bits(b));
         for off in [0, 1, SHORT as usize - 1] {
-            let entry = Entry::new(Loc::new(9, off), a);
-            assert_eq!(entry.loc(), Loc::new(9, off));
-            assert!(entry.may_be(a) && !entry.may_be(b), "offset {off}");
+            let entry = Wide.encode(Loc::new(9, off), a);
+            assert_eq!(Wide.decode(entry), Loc::new(9, off));
+            assert!(
+                Wide.may_be(entry, a) && !Wide.may_be(entry, b),
+                "offset {off}"
+            );
         }
         // A run of 2^24 blocks and more: the whole offset, no bits, always asked about.
         for off in [SHORT as usize, (FILTERED - 1) as usize] {
-            let entry = Entry::new(Loc::new(9, off), a);
-            assert_eq!(entry.loc(), Loc::new(9, off));
-            assert!(entry.may_be(a) && entry.may_be(b), "offset {off}");
+            let entry = Wide.encode(Loc::new(9, off), a);
+            assert_eq!(Wide.decode(entry), Loc::new(9, off));
+            assert!(
+                Wide.may_be(entry, a) && Wide.may_be(entry, b),
+                "offset {off}"
+            );
         }
+    }
+
+    #[test]
+    fn narrow_entries_keep_their_place_and_filter_by_the_bits_left() {
+        let (a, b) = (0x0fff_ffff_fe00_0000_u64, 0x0000_0000_0000_0000_u64);
+        // Room for twice the runs and offsets asked for, in as few bits as that takes.
+        let format = Narrow::with_room(5, 300).unwrap();
+        assert_eq!((format.run_bits, format.off_bits), (4, 10));
+        assert!(format.fits(10, 600) && !format.fits(17, 1) && !format.fits(1, 1025));
+        for (run, off) in [(0, 0), (15, 1023), (7, 512)] {
+            let code = format.encode(Loc::new(run, off), a);
+            assert_eq!(format.decode(code), Loc::new(run, off));
+            assert!(
+                format.may_be(code, a) && !format.may_be(code, b),
+                "{run}, {off}"
+            );
+        }
+        // No bits left: every entry is asked about.
+        let full = Narrow::with_room(1 << 15, 1 << 15).unwrap();
+        assert_eq!(full.filter_shift(), 32);
+        let code = full.encode(Loc::new((1 << 16) - 1, (1 << 16) - 1), a);
+        assert_eq!(full.decode(code), Loc::new((1 << 16) - 1, (1 << 16) - 1));
+        assert!(full.may_be(code, a) && full.may_be(code, b));
+        // More than 32 bits: no narrow format.
+        assert_eq!(Narrow::with_room(1 << 16, 1 << 16), None);
+    }
+
+    /// A table changes format (and narrow split) when a worker outgrows it, and finds every
+    /// place all along.
+    #[test]
+    fn a_table_widens_as_runs_grow_long_and_many() {
+        let (mut places, mut runs) = (Places::new(), Vec::new());
+        let mut held = Vec::new();
+        let check = |places: &Places, runs: &Vec<Run<NoHandle>>, held: &[(u64, Loc)]| {
+            for &(seq, loc) in held {
+                assert_eq!(places.find(runs, SeqHash(seq)), Some(loc), "seq {seq}");
+            }
+            assert_eq!(places.find(runs, SeqHash(u64::MAX)), None);
+        };
+        // Many short runs: the run bits grow.
+        for id in 0..3_000u64 {
+            let seqs = [2 * id, 2 * id + 1].map(crate::mix::splitmix64);
+            push(&mut places, &mut runs, id as usize, &seqs);
+            held.push((seqs[0], Loc::new(id as u32, 0)));
+            held.push((seqs[1], Loc::new(id as u32, 1)));
+        }
+        assert!(places.is_narrow());
+        check(&places, &runs, &held);
+        // One long run: the offset bits grow, until 32 bits are not enough.
+        let long: Vec<u64> = (0..1 << 20)
+            .map(|i| crate::mix::splitmix64(i + (1 << 40)))
+            .collect();
+        for chunk in long.chunks(1 << 14) {
+            let at = runs.get(3_000).map_or(0, Run::len);
+            push(&mut places, &mut runs, 3_000, chunk);
+            let locs = (0..chunk.len()).map(|i| Loc::new(3_000, at + i));
+            held.extend(chunk.iter().copied().zip(locs));
+        }
+        assert!(
+            !places.is_narrow(),
+            "3,001 runs and a run of 2^20 blocks take 33 bits"
+        );
+        check(&places, &runs, &held);
+        // The long run evicted: narrow again at the next rebuild.
+        runs[3_000].truncate(0);
+        places.vacated(1 << 20);
+        places.shrink_if_sparse(&runs);
+        assert!(places.is_narrow());
+        held.truncate(6_000);
+        check(&places, &runs, &held);
     }
 
     /// The layout [`Places::probe_lines`] assumes: slot `i` ends `i` slots before the control
@@ -340,9 +601,13 @@ mod tests {
         let seqs: Vec<u64> = (1..=500).map(crate::mix::splitmix64).collect();
         push(&mut places, &mut runs, 0, &seqs);
         let lines = places.probe_lines().expect("a filled table");
-        for i in places.table.iter_buckets() {
-            let slot = std::ptr::from_ref(places.table.get_bucket(i).unwrap());
-            let named = lines.ctrl.wrapping_sub((i + 1) * size_of::<Entry>());
+        let Table::Narrow(table, format) = &places.table else {
+            panic!("a small worker's table is narrow");
+        };
+        assert_eq!(lines.entry, size_of::<u32>());
+        for i in table.iter_buckets() {
+            let slot = std::ptr::from_ref(table.get_bucket(i).unwrap());
+            let named = lines.ctrl.wrapping_sub((i + 1) * lines.entry);
             assert_eq!(slot.cast::<u8>(), named, "slot {i}");
         }
         // A table at half load holds about three in four seqs in their first slot (378 of 500
@@ -352,8 +617,8 @@ mod tests {
             .filter(|&&seq| {
                 let loc = places.find(&runs, SeqHash(seq)).unwrap();
                 let hash = places.hash(SeqHash(seq));
-                let home = places.table.get_bucket(hash as usize & lines.mask).copied();
-                home == Some(Entry::new(loc, hash))
+                let home = table.get_bucket(hash as usize & lines.mask).copied();
+                home == Some(format.encode(loc, hash))
             })
             .count();
         assert!(
@@ -430,21 +695,22 @@ mod tests {
     }
 
     #[test]
-    fn garbage_is_dropped_and_an_entry_costs_nine_bytes() {
+    fn garbage_is_dropped_and_an_entry_costs_five_bytes() {
         let (mut places, mut runs) = (Places::new(), Vec::new());
         let seqs: Vec<u64> = (0..10_000).collect();
         push(&mut places, &mut runs, 0, &seqs);
-        // 8 bytes and a control byte a bucket, at a load of 1/2 to 7/8.
+        // 4 bytes and a control byte a bucket, at a load of 1/2 to 7/8.
+        assert!(places.is_narrow());
         let per_entry = places.allocation_size() as f64 / places.live() as f64;
         assert!(
-            (9.0..=18.5).contains(&per_entry),
+            (5.0..=10.5).contains(&per_entry),
             "{per_entry} bytes an entry"
         );
         // Evict nearly everything: the table shrinks to what is live.
         runs[0].truncate(100);
         places.vacated(9_900);
         places.shrink_if_sparse(&runs);
-        assert_eq!(places.table.len(), 100, "garbage dropped");
+        assert_eq!(places.len(), 100, "garbage dropped");
         assert!(
             places.allocation_size() < 4096,
             "{} bytes",
