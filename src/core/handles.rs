@@ -81,6 +81,11 @@ impl<H: Stretch> Handles<H> {
                 None => false,
             };
             if !follows {
+                if self.segments.capacity() == 0 {
+                    // Most runs lie in one stretch (a private suffix is one node): room for
+                    // one, not the four a first push makes, which cost 72 bytes a run.
+                    self.segments.reserve_exact(1);
+                }
                 self.segments.push(Segment {
                     start: self.len,
                     first: handle,

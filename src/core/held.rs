@@ -2,7 +2,7 @@
 //!
 //! A worker's blocks live in [runs](super::run): a stored event extends the run its parent ends,
 //! or starts one. A table of [places](super::places) finds every held seq's run and offset in one
-//! probe (8 bytes a block: it stores places, not seqs, and checks a place against its run);
+//! probe (4 or 8 bytes a block: it stores places, not seqs, and checks a place against its run);
 //! runs that hang under a block in the middle of a run, or under a block that is not held
 //! (removed while its descendants stayed), are listed under that block's seq in `kids`, so a
 //! block that comes back finds its descendants in one lookup.
@@ -322,7 +322,7 @@ impl<L: Layout> HeldBlocks<L> {
         // of unreachable ones (an allocation and a free an event).
         let at_once = run.rooted && run.reach as usize == run.len();
         match at_once {
-            true => run.seqs.extend(fresh.iter().map(|block| block.seq)),
+            true => run.extend_seqs(fresh),
             false => run.extend(fresh),
         }
         if !self.kids.is_empty() && fresh.iter().any(|b| self.kids.contains_key(&b.seq)) {
@@ -522,7 +522,7 @@ impl<L: Layout> HeldBlocks<L> {
         run.holes.remove(&(off as u32));
         let mut tail = Run::unrooted(seq, tail_seqs, tail_locals);
         tail.may_branch = run.may_branch;
-        tail.holes = tail_holes;
+        tail.holes = tail_holes.into();
         self.runs[tail_id as usize] = tail;
         for (i, &moved) in self.runs[tail_id as usize].seqs.iter().enumerate() {
             let (from, to) = (Loc::new(loc.run, off + 1 + i), Loc::new(tail_id, i));

@@ -22,6 +22,20 @@ use std::collections::BTreeSet;
 /// nanosecond.
 const CHECKPOINT: usize = 32;
 
+/// Makes room in a run's seqs for `n` more, growing them by an eighth at least instead of
+/// doubling them.
+///
+/// A run's seqs are most of what a worker keeps a block for, and the run is kept as long as its
+/// blocks are held: doubling a 256-block run for an 8-block extension (a conversation under a
+/// system prompt) left 248 seqs' room unused for the run's life, 6 bytes a held pair on the
+/// shared-prefix preset. Growing by an eighth still copies a seq a bounded number of times
+/// (nine, amortized) while a run grows a block at a time.
+fn make_room(seqs: &mut Vec<SeqHash>, n: usize) {
+    if seqs.capacity() - seqs.len() < n {
+        seqs.reserve_exact(n.max(seqs.len() / 8).max(4));
+    }
+}
+
 /// Index of a run in its worker's run table.
 pub(super) type RunId = u32;
 
@@ -68,6 +82,99 @@ impl Loc {
     }
 }
 
+/// The local hashes of a run's unreachable blocks, boxed: most runs have none between events,
+/// and none costs the run record 8 bytes instead of a vector's 24.
+#[derive(Debug, Default)]
+#[allow(clippy::box_collection)] // The box is the point: a pointer in the record, not a vector.
+pub(super) struct Locals(Option<Box<Vec<LocalHash>>>);
+
+impl Locals {
+    /// The hashes to change, made room for if there were none.
+    pub(super) fn vec(&mut self) -> &mut Vec<LocalHash> {
+        self.0.get_or_insert_default()
+    }
+
+    /// Frees the room once there are none.
+    pub(super) fn shrunk(&mut self) {
+        if self.0.as_ref().is_some_and(|v| v.is_empty()) {
+            self.0 = None;
+        }
+    }
+}
+
+impl From<Vec<LocalHash>> for Locals {
+    fn from(locals: Vec<LocalHash>) -> Self {
+        let mut boxed = Self(Some(Box::new(locals)));
+        boxed.shrunk();
+        boxed
+    }
+}
+
+impl core::ops::Deref for Locals {
+    type Target = [LocalHash];
+    fn deref(&self) -> &[LocalHash] {
+        self.0.as_deref().map_or(&[], Vec::as_slice)
+    }
+}
+
+/// The offsets of a run's holes, boxed: most runs never have one, and none costs the run
+/// record 8 bytes instead of a set's 24.
+#[derive(Debug, Default)]
+#[allow(clippy::box_collection)] // The box is the point: a pointer in the record, not a set.
+pub(super) struct Holes(Option<Box<BTreeSet<u32>>>);
+
+/// What a run with no holes reads.
+static NO_HOLES: BTreeSet<u32> = BTreeSet::new();
+
+impl Holes {
+    pub(super) fn insert(&mut self, off: u32) -> bool {
+        self.0.get_or_insert_default().insert(off)
+    }
+
+    pub(super) fn remove(&mut self, off: &u32) -> bool {
+        let removed = self.0.as_mut().is_some_and(|set| set.remove(off));
+        self.shrunk();
+        removed
+    }
+
+    pub(super) fn pop_last(&mut self) -> Option<u32> {
+        let last = self.0.as_mut()?.pop_last();
+        self.shrunk();
+        last
+    }
+
+    /// Takes the holes at `off` and after.
+    pub(super) fn split_off(&mut self, off: &u32) -> BTreeSet<u32> {
+        let Some(set) = self.0.as_mut() else {
+            return BTreeSet::new();
+        };
+        let after = set.split_off(off);
+        self.shrunk();
+        after
+    }
+
+    fn shrunk(&mut self) {
+        if self.0.as_ref().is_some_and(|set| set.is_empty()) {
+            self.0 = None;
+        }
+    }
+}
+
+impl From<BTreeSet<u32>> for Holes {
+    fn from(set: BTreeSet<u32>) -> Self {
+        let mut boxed = Self(Some(Box::new(set)));
+        boxed.shrunk();
+        boxed
+    }
+}
+
+impl core::ops::Deref for Holes {
+    type Target = BTreeSet<u32>;
+    fn deref(&self) -> &BTreeSet<u32> {
+        self.0.as_deref().unwrap_or(&NO_HOLES)
+    }
+}
+
 /// A run of blocks; see the module docs.
 ///
 /// Blocks `0..reach` are reachable and in the layout (with their handles); `rooted` says that
@@ -82,10 +189,10 @@ pub(super) struct Run<H> {
     pub(super) seqs: Vec<SeqHash>,
     /// The local hash of every block from `reach` on (empty, and unallocated, when all are
     /// reachable): the others are in the layout.
-    pub(super) unreachable: Vec<LocalHash>,
+    pub(super) unreachable: Locals,
     /// Offsets of holes; never the last block. A tree, not a sorted list, so that punching
     /// holes front to back in a long run costs O(log) each, not a shift of the list.
-    pub(super) holes: BTreeSet<u32>,
+    pub(super) holes: Holes,
     pub(super) reach: u32,
     pub(super) rooted: bool,
     /// Some run hangs under one of these blocks (or did): the cascades look them up only then.
@@ -108,8 +215,8 @@ impl<H: Stretch> Run<H> {
         Self {
             parent,
             seqs: Vec::new(),
-            unreachable: Vec::new(),
-            holes: BTreeSet::new(),
+            unreachable: Locals::default(),
+            holes: Holes::default(),
             reach: 0,
             rooted,
             may_branch: false,
@@ -140,15 +247,22 @@ impl<H: Stretch> Run<H> {
 
     /// Makes room for `n` more blocks.
     pub(super) fn reserve(&mut self, n: usize) {
-        self.seqs.reserve(n);
-        self.unreachable.reserve(n);
+        make_room(&mut self.seqs, n);
+        self.unreachable.vec().reserve(n);
     }
 
     /// Appends blocks (unreachable until attached).
     pub(super) fn extend(&mut self, blocks: &[Block]) {
-        self.seqs.extend(blocks.iter().map(|block| block.seq));
+        self.extend_seqs(blocks);
         self.unreachable
+            .vec()
             .extend(blocks.iter().map(|block| block.local));
+    }
+
+    /// Appends the seqs of blocks whose local hashes the caller hands to the layout itself.
+    pub(super) fn extend_seqs(&mut self, blocks: &[Block]) {
+        make_room(&mut self.seqs, blocks.len());
+        self.seqs.extend(blocks.iter().map(|block| block.seq));
     }
 
     /// Appends the local hashes of blocks `from..to` to `out`: the reachable ones read from the
@@ -215,8 +329,8 @@ impl<H: Stretch> Run<H> {
         let reach = self.reach as usize;
         debug_assert!(n >= reach, "only unreachable blocks are cut off");
         self.seqs.truncate(n);
-        self.unreachable.truncate(n.max(reach) - reach);
-        self.unreachable_shrunk();
+        self.unreachable.vec().truncate(n.max(reach) - reach);
+        self.unreachable.shrunk();
     }
 
     /// Cuts the run after block `off` (unreachable) and returns the blocks after it, as the
@@ -225,7 +339,8 @@ impl<H: Stretch> Run<H> {
         let reach = self.reach as usize;
         debug_assert!(off >= reach, "a run is cut at an unreachable block");
         let seqs = self.seqs.split_off(off + 1);
-        let locals = self.unreachable.split_off(off + 1 - reach);
+        let locals = self.unreachable.vec().split_off(off + 1 - reach);
+        self.unreachable.shrunk();
         (seqs, locals)
     }
 
@@ -234,15 +349,8 @@ impl<H: Stretch> Run<H> {
         debug_assert_eq!(seqs.len(), locals.len());
         let mut run = Self::new(Some(parent), false, None);
         run.seqs = seqs;
-        run.unreachable = locals;
+        run.unreachable = Locals::from(locals);
         run
-    }
-
-    /// Frees the room of the unreachable local hashes once there are none.
-    fn unreachable_shrunk(&mut self) {
-        if self.unreachable.is_empty() {
-            self.unreachable = Vec::new();
-        }
     }
 
     /// Where reachability stops when the run is rooted: the first hole, or the end.
@@ -276,8 +384,8 @@ impl<H: Stretch> Run<H> {
     /// blocks were attached as they came, and it never did).
     pub(super) fn attached(&mut self, n: usize, keys: &[Key], kept: bool) {
         if kept {
-            self.unreachable.drain(..n);
-            self.unreachable_shrunk();
+            self.unreachable.vec().drain(..n);
+            self.unreachable.shrunk();
         }
         let from = self.reach as usize;
         for (i, key) in keys.iter().enumerate() {
@@ -390,11 +498,11 @@ impl<H: Stretch> Run<H> {
         match locals {
             Some(locals) => {
                 debug_assert_eq!(locals.len(), reach - from);
-                self.unreachable.splice(0..0, locals.iter().copied());
+                self.unreachable.vec().splice(0..0, locals.iter().copied());
             }
             None => {
                 self.seqs.truncate(from);
-                self.unreachable = Vec::new();
+                self.unreachable = Locals::default();
             }
         }
         self.reach = from as u32;
