@@ -442,6 +442,42 @@ fn sequences_of_100k_blocks_work() {
     assert_eq!(depth(&ix, W, &query(0..100_000)), Some(100_000));
 }
 
+/// 70,000 runs and a run of 40,000 blocks in one worker: more places than 32 bits can name with
+/// room to double, so the core's table of places widens its narrow format as the runs come and
+/// then takes the wide one; every block must stay found through that, evictions and re-stores.
+#[test]
+fn a_worker_with_many_runs_and_a_long_one_keeps_every_block() {
+    const ROOTS: u64 = 70_000;
+    let root = |i: u64| Block::new(LocalHash(1 << 40 | i), SeqHash(1 << 40 | i));
+    let ix = index();
+    for i in 0..ROOTS {
+        ix.apply(&Event::stored(W, 0, None, vec![root(i)])).unwrap();
+    }
+    store(&ix, W, None, chain(0..40_000)).unwrap();
+    assert_eq!(ix.block_count(W), 110_000);
+    assert_eq!(depth(&ix, W, &query(0..40_000)), Some(40_000));
+    assert_eq!(depth(&ix, W, &[root(69_999).local]), Some(1));
+    // A hole, and the block stored again.
+    remove(&ix, W, &[30_000]).unwrap();
+    assert_eq!(depth(&ix, W, &query(0..40_000)), Some(30_000));
+    store(&ix, W, Some(29_999), chain(30_000..30_001)).unwrap();
+    assert_eq!(depth(&ix, W, &query(0..40_000)), Some(40_000));
+    // Most roots and the chain's second half evicted: what is left answers.
+    for i in 0..ROOTS - 10 {
+        ix.apply(&Event::removed(W, 0, vec![root(i).seq])).unwrap();
+    }
+    let tail: Vec<u64> = (20_000..40_000).rev().collect();
+    remove(&ix, W, &tail).unwrap();
+    assert_eq!(ix.block_count(W), 20_010);
+    assert_eq!(depth(&ix, W, &query(0..40_000)), Some(20_000));
+    assert_eq!(depth(&ix, W, &[root(69_995).local]), Some(1));
+    assert_eq!(depth(&ix, W, &[root(5).local]), None);
+    // The chain grows back past where it was cut.
+    store(&ix, W, Some(19_999), chain(20_000..40_000)).unwrap();
+    assert_eq!(depth(&ix, W, &query(0..40_000)), Some(40_000));
+    assert_eq!(ix.block_count(W), 40_010);
+}
+
 #[test]
 fn hundred_thousand_workers_work() {
     let ix = index();
