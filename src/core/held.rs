@@ -496,7 +496,7 @@ impl<L: Layout> HeldBlocks<L> {
     /// Stores the hole `loc` back in place.
     fn fill_hole(&mut self, layout: &L, guard: &L::Guard<'_>, canon: &Canon, loc: Loc) {
         let run = &mut self.runs[loc.run as usize];
-        let was_hole = run.holes.remove(&(loc.off() as u32));
+        let was_hole = run.holes.edit(|holes| holes.remove(&(loc.off() as u32)));
         debug_assert!(was_hole, "a hole's offset is in its run's holes");
         self.holes -= 1;
         if run.rooted && run.reach as usize == loc.off() {
@@ -515,11 +515,11 @@ impl<L: Layout> HeldBlocks<L> {
         run.truncate(off);
         let tail_holes: BTreeSet<u32> = run
             .holes
-            .split_off(&(off as u32 + 1))
+            .edit(|holes| holes.split_off(&(off as u32 + 1)))
             .into_iter()
             .map(|h| h - off as u32 - 1)
             .collect();
-        run.holes.remove(&(off as u32));
+        run.holes.edit(|holes| holes.remove(&(off as u32)));
         let mut tail = Run::unrooted(seq, tail_seqs, tail_locals);
         tail.may_branch = run.may_branch;
         tail.holes = tail_holes.into();
@@ -542,7 +542,7 @@ impl<L: Layout> HeldBlocks<L> {
             .last()
             .is_some_and(|&h| h as usize + 1 == run.len())
         {
-            run.holes.pop_last();
+            run.holes.edit(BTreeSet::pop_last);
             run.truncate(run.len() - 1);
             self.places.vacated(1);
             self.holes -= 1;
@@ -739,7 +739,9 @@ impl<L: Layout> HeldBlocks<L> {
                 if off < self.runs[id as usize].reach as usize {
                     self.detach(layout, guard, canon, id, off, true);
                 }
-                self.runs[id as usize].holes.insert(off as u32);
+                self.runs[id as usize]
+                    .holes
+                    .edit(|holes| holes.insert(off as u32));
                 self.holes += 1;
                 continue;
             }

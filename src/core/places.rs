@@ -408,7 +408,7 @@ impl Places {
     /// most starts a run and cuts one in two).
     pub(super) fn reserve<H>(&mut self, runs: &[Run<H>], n: usize) {
         let capacity = self.capacity();
-        let (run_ids, offs) = (runs.len() + 2 * n, self.top_off + n + 1);
+        let (run_ids, offs) = self.bounds(runs, n);
         let fits = match &self.table {
             Table::Narrow(_, format) => format.fits(run_ids, offs),
             Table::Wide(_) => true,
@@ -432,6 +432,12 @@ impl Places {
         }
     }
 
+    /// What an event of `n` blocks can file (see [`Places::reserve`]): run ids and offsets below
+    /// these.
+    fn bounds<H>(&self, runs: &[Run<H>], n: usize) -> (usize, usize) {
+        (runs.len() + 2 * n, self.top_off + n + 1)
+    }
+
     /// Drops the garbage once it outnumbers the live entries four to one and is worth a rebuild,
     /// which costs O(places + runs) (vacant runs included, hence the second bound).
     pub(super) fn shrink_if_sparse<H>(&mut self, runs: &[Run<H>]) {
@@ -447,7 +453,8 @@ impl Places {
     fn rebuild<H>(&mut self, runs: &[Run<H>], capacity: usize, n: usize) {
         let longest = runs.iter().map(|run| run.seqs.len()).max().unwrap_or(0);
         self.top_off = longest.saturating_sub(1);
-        self.table = match Narrow::with_room(runs.len() + 2 * n, longest + n + 1) {
+        let (run_ids, offs) = self.bounds(runs, n);
+        self.table = match Narrow::with_room(run_ids, offs) {
             Some(format) => Table::Narrow(self.entries(runs, capacity, format), format),
             None => Table::Wide(self.entries(runs, capacity, Wide)),
         };

@@ -82,96 +82,83 @@ impl Loc {
     }
 }
 
-/// The local hashes of a run's unreachable blocks, boxed: most runs have none between events,
-/// and none costs the run record 8 bytes instead of a vector's 24.
+/// A collection most runs leave empty, behind a pointer: an empty one costs the run record 8
+/// bytes instead of the collection's 24, and allocates nothing. Reads see an empty collection
+/// when there is none; [`Rare::edit`] boxes it when it fills and frees it when it empties, and
+/// [`Rare::get_mut`] keeps room reserved ahead of what is coming.
 #[derive(Debug, Default)]
-#[allow(clippy::box_collection)] // The box is the point: a pointer in the record, not a vector.
-pub(super) struct Locals(Option<Box<Vec<LocalHash>>>);
+#[allow(clippy::box_collection)] // The box is the point: a pointer in the record.
+pub(super) struct Rare<C>(Option<Box<C>>);
 
-impl Locals {
-    /// The hashes to change, made room for if there were none.
-    pub(super) fn vec(&mut self) -> &mut Vec<LocalHash> {
+/// What a [`Rare`] can hold.
+pub(super) trait Collection: Default + 'static {
+    /// An empty one, for reads of a `Rare` that holds none.
+    fn none() -> &'static Self;
+    fn is_empty(&self) -> bool;
+}
+
+impl Collection for Vec<LocalHash> {
+    fn none() -> &'static Self {
+        static NONE: Vec<LocalHash> = Vec::new();
+        &NONE
+    }
+    fn is_empty(&self) -> bool {
+        Vec::is_empty(self)
+    }
+}
+
+impl Collection for BTreeSet<u32> {
+    fn none() -> &'static Self {
+        static NONE: BTreeSet<u32> = BTreeSet::new();
+        &NONE
+    }
+    fn is_empty(&self) -> bool {
+        BTreeSet::is_empty(self)
+    }
+}
+
+impl<C: Collection> Rare<C> {
+    /// The collection to add to (made if there was none), or to reserve room in for what is
+    /// coming: kept even while empty.
+    pub(super) fn get_mut(&mut self) -> &mut C {
         self.0.get_or_insert_default()
     }
 
-    /// Frees the room once there are none.
-    pub(super) fn shrunk(&mut self) {
-        if self.0.as_ref().is_some_and(|v| v.is_empty()) {
-            self.0 = None;
+    /// Runs `f` on the collection, boxing it only if `f` leaves it non-empty and freeing it if
+    /// `f` empties it: an edit that changes nothing (truncating no hashes) allocates nothing.
+    pub(super) fn edit<R>(&mut self, f: impl FnOnce(&mut C) -> R) -> R {
+        match &mut self.0 {
+            Some(collection) => {
+                let out = f(collection);
+                if collection.is_empty() {
+                    self.0 = None;
+                }
+                out
+            }
+            None => {
+                let mut collection = C::default();
+                let out = f(&mut collection);
+                if !collection.is_empty() {
+                    self.0 = Some(Box::new(collection));
+                }
+                out
+            }
         }
     }
 }
 
-impl From<Vec<LocalHash>> for Locals {
-    fn from(locals: Vec<LocalHash>) -> Self {
-        let mut boxed = Self(Some(Box::new(locals)));
-        boxed.shrunk();
-        boxed
+impl<C: Collection> From<C> for Rare<C> {
+    fn from(collection: C) -> Self {
+        let mut rare = Self::default();
+        rare.edit(|empty| *empty = collection);
+        rare
     }
 }
 
-impl core::ops::Deref for Locals {
-    type Target = [LocalHash];
-    fn deref(&self) -> &[LocalHash] {
-        self.0.as_deref().map_or(&[], Vec::as_slice)
-    }
-}
-
-/// The offsets of a run's holes, boxed: most runs never have one, and none costs the run
-/// record 8 bytes instead of a set's 24.
-#[derive(Debug, Default)]
-#[allow(clippy::box_collection)] // The box is the point: a pointer in the record, not a set.
-pub(super) struct Holes(Option<Box<BTreeSet<u32>>>);
-
-/// What a run with no holes reads.
-static NO_HOLES: BTreeSet<u32> = BTreeSet::new();
-
-impl Holes {
-    pub(super) fn insert(&mut self, off: u32) -> bool {
-        self.0.get_or_insert_default().insert(off)
-    }
-
-    pub(super) fn remove(&mut self, off: &u32) -> bool {
-        let removed = self.0.as_mut().is_some_and(|set| set.remove(off));
-        self.shrunk();
-        removed
-    }
-
-    pub(super) fn pop_last(&mut self) -> Option<u32> {
-        let last = self.0.as_mut()?.pop_last();
-        self.shrunk();
-        last
-    }
-
-    /// Takes the holes at `off` and after.
-    pub(super) fn split_off(&mut self, off: &u32) -> BTreeSet<u32> {
-        let Some(set) = self.0.as_mut() else {
-            return BTreeSet::new();
-        };
-        let after = set.split_off(off);
-        self.shrunk();
-        after
-    }
-
-    fn shrunk(&mut self) {
-        if self.0.as_ref().is_some_and(|set| set.is_empty()) {
-            self.0 = None;
-        }
-    }
-}
-
-impl From<BTreeSet<u32>> for Holes {
-    fn from(set: BTreeSet<u32>) -> Self {
-        let mut boxed = Self(Some(Box::new(set)));
-        boxed.shrunk();
-        boxed
-    }
-}
-
-impl core::ops::Deref for Holes {
-    type Target = BTreeSet<u32>;
-    fn deref(&self) -> &BTreeSet<u32> {
-        self.0.as_deref().unwrap_or(&NO_HOLES)
+impl<C: Collection> core::ops::Deref for Rare<C> {
+    type Target = C;
+    fn deref(&self) -> &C {
+        self.0.as_deref().unwrap_or_else(|| C::none())
     }
 }
 
@@ -189,10 +176,10 @@ pub(super) struct Run<H> {
     pub(super) seqs: Vec<SeqHash>,
     /// The local hash of every block from `reach` on (empty, and unallocated, when all are
     /// reachable): the others are in the layout.
-    pub(super) unreachable: Locals,
+    pub(super) unreachable: Rare<Vec<LocalHash>>,
     /// Offsets of holes; never the last block. A tree, not a sorted list, so that punching
     /// holes front to back in a long run costs O(log) each, not a shift of the list.
-    pub(super) holes: Holes,
+    pub(super) holes: Rare<BTreeSet<u32>>,
     pub(super) reach: u32,
     pub(super) rooted: bool,
     /// Some run hangs under one of these blocks (or did): the cascades look them up only then.
@@ -215,8 +202,8 @@ impl<H: Stretch> Run<H> {
         Self {
             parent,
             seqs: Vec::new(),
-            unreachable: Locals::default(),
-            holes: Holes::default(),
+            unreachable: Rare::default(),
+            holes: Rare::default(),
             reach: 0,
             rooted,
             may_branch: false,
@@ -248,14 +235,14 @@ impl<H: Stretch> Run<H> {
     /// Makes room for `n` more blocks.
     pub(super) fn reserve(&mut self, n: usize) {
         make_room(&mut self.seqs, n);
-        self.unreachable.vec().reserve(n);
+        self.unreachable.get_mut().reserve(n);
     }
 
     /// Appends blocks (unreachable until attached).
     pub(super) fn extend(&mut self, blocks: &[Block]) {
         self.extend_seqs(blocks);
         self.unreachable
-            .vec()
+            .get_mut()
             .extend(blocks.iter().map(|block| block.local));
     }
 
@@ -329,8 +316,8 @@ impl<H: Stretch> Run<H> {
         let reach = self.reach as usize;
         debug_assert!(n >= reach, "only unreachable blocks are cut off");
         self.seqs.truncate(n);
-        self.unreachable.vec().truncate(n.max(reach) - reach);
-        self.unreachable.shrunk();
+        self.unreachable
+            .edit(|locals| locals.truncate(n.max(reach) - reach));
     }
 
     /// Cuts the run after block `off` (unreachable) and returns the blocks after it, as the
@@ -339,8 +326,9 @@ impl<H: Stretch> Run<H> {
         let reach = self.reach as usize;
         debug_assert!(off >= reach, "a run is cut at an unreachable block");
         let seqs = self.seqs.split_off(off + 1);
-        let locals = self.unreachable.vec().split_off(off + 1 - reach);
-        self.unreachable.shrunk();
+        let locals = self
+            .unreachable
+            .edit(|locals| locals.split_off(off + 1 - reach));
         (seqs, locals)
     }
 
@@ -349,7 +337,7 @@ impl<H: Stretch> Run<H> {
         debug_assert_eq!(seqs.len(), locals.len());
         let mut run = Self::new(Some(parent), false, None);
         run.seqs = seqs;
-        run.unreachable = Locals::from(locals);
+        run.unreachable = locals.into();
         run
     }
 
@@ -384,8 +372,8 @@ impl<H: Stretch> Run<H> {
     /// blocks were attached as they came, and it never did).
     pub(super) fn attached(&mut self, n: usize, keys: &[Key], kept: bool) {
         if kept {
-            self.unreachable.vec().drain(..n);
-            self.unreachable.shrunk();
+            self.unreachable
+                .edit(|locals| locals.drain(..n).for_each(drop));
         }
         let from = self.reach as usize;
         for (i, key) in keys.iter().enumerate() {
@@ -498,11 +486,12 @@ impl<H: Stretch> Run<H> {
         match locals {
             Some(locals) => {
                 debug_assert_eq!(locals.len(), reach - from);
-                self.unreachable.vec().splice(0..0, locals.iter().copied());
+                self.unreachable
+                    .edit(|kept| kept.splice(0..0, locals.iter().copied()).for_each(drop));
             }
             None => {
                 self.seqs.truncate(from);
-                self.unreachable = Locals::default();
+                self.unreachable = Rare::default();
             }
         }
         self.reach = from as u32;
