@@ -2,7 +2,7 @@
 
 use crate::error::EventError;
 use crate::scores::OverlapScores;
-use crate::types::{Event, LocalHash, Worker};
+use crate::types::{Event, EventView, LocalHash, Worker};
 
 /// A global index of which worker holds which KV blocks.
 ///
@@ -18,6 +18,14 @@ pub trait KvIndex: Send + Sync {
     /// Applies one event. Nothing changes on `Err`, except for
     /// [`EventError::UnknownBlocks`], a warning after the held blocks were removed.
     fn apply(&self, event: &Event) -> Result<(), EventError>;
+
+    /// Applies an event whose block list is borrowed, exactly as [`apply`](Self::apply) applies
+    /// the same event owned. The default copies it into an [`Event`]; this crate's indexes read
+    /// it in place (the [`WriterPool`](crate::pool::WriterPool) applies the copies of
+    /// [`submit_copy`](crate::pool::WriterPool::submit_copy) from its own buffers).
+    fn apply_view(&self, event: EventView<'_>) -> Result<(), EventError> {
+        self.apply(&event.to_event())
+    }
 
     /// How deep each worker matches the chain of local hashes `query`, from its first block.
     fn find_matches(&self, query: &[LocalHash]) -> OverlapScores;
@@ -49,6 +57,9 @@ macro_rules! forward_kv_index {
         impl<T: KvIndex + ?Sized> KvIndex for $pointer<T> {
             fn apply(&self, event: &Event) -> Result<(), EventError> {
                 (**self).apply(event)
+            }
+            fn apply_view(&self, event: EventView<'_>) -> Result<(), EventError> {
+                (**self).apply_view(event)
             }
             fn find_matches(&self, query: &[LocalHash]) -> OverlapScores {
                 (**self).find_matches(query)

@@ -78,7 +78,7 @@ pub use error::EventError;
 pub use index::KvIndex;
 pub use naive::NaiveIndexer;
 pub use scores::OverlapScores;
-pub use types::{Block, Event, EventKind, LocalHash, SeqHash, Worker};
+pub use types::{Block, Event, EventKind, EventKindView, EventView, LocalHash, SeqHash, Worker};
 
 pub use crate::index_core::{DEFAULT_JUMP, Indexer, Layout, MAX_JUMP};
 #[cfg(feature = "array")]

@@ -156,4 +156,92 @@ impl Event {
             kind: EventKind::Cleared,
         }
     }
+
+    /// The event, borrowing its block list.
+    pub fn view(&self) -> EventView<'_> {
+        let kind = match &self.kind {
+            EventKind::Stored { parent, blocks } => EventKindView::Stored {
+                parent: *parent,
+                blocks,
+            },
+            EventKind::Removed { blocks } => EventKindView::Removed { blocks },
+            EventKind::Cleared => EventKindView::Cleared,
+        };
+        EventView {
+            worker: self.worker,
+            event_id: self.event_id,
+            kind,
+        }
+    }
+}
+
+/// An [`Event`] that borrows its block list, for [`KvIndex::apply_view`]: an event kept in a
+/// buffer its owner reuses is applied without copying it into an [`Event`] of its own.
+///
+/// [`KvIndex::apply_view`]: crate::KvIndex::apply_view
+///
+/// ```
+/// use flash_indexer::{Block, Event, EventKindView, EventView, LocalHash, SeqHash, Worker};
+///
+/// let blocks = [Block::new(LocalHash(1), SeqHash(11))];
+/// let kind = EventKindView::Stored { parent: None, blocks: &blocks };
+/// let view = EventView { worker: Worker::new(1, 0), event_id: 7, kind };
+/// let event = view.to_event();
+/// assert_eq!(event, Event::stored(Worker::new(1, 0), 7, None, blocks.to_vec()));
+/// assert_eq!(event.view(), view);
+/// ```
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct EventView<'a> {
+    /// The cache the event is about.
+    pub worker: Worker,
+    /// As [`Event::event_id`].
+    pub event_id: u64,
+    /// What happened.
+    pub kind: EventKindView<'a>,
+}
+
+/// What an [`EventView`] reports: [`EventKind`], with borrowed block lists.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum EventKindView<'a> {
+    /// As [`EventKind::Stored`].
+    Stored {
+        /// The held block the chain continues, or `None` for a chain from the start.
+        parent: Option<SeqHash>,
+        /// The new blocks, shallowest first.
+        blocks: &'a [Block],
+    },
+    /// As [`EventKind::Removed`].
+    Removed {
+        /// Sequence hashes of the evicted blocks.
+        blocks: &'a [SeqHash],
+    },
+    /// As [`EventKind::Cleared`].
+    Cleared,
+}
+
+impl<'a> From<&'a Event> for EventView<'a> {
+    fn from(event: &'a Event) -> Self {
+        event.view()
+    }
+}
+
+impl EventView<'_> {
+    /// The event, owning a copy of its block list.
+    pub fn to_event(&self) -> Event {
+        let kind = match self.kind {
+            EventKindView::Stored { parent, blocks } => EventKind::Stored {
+                parent,
+                blocks: blocks.to_vec(),
+            },
+            EventKindView::Removed { blocks } => EventKind::Removed {
+                blocks: blocks.to_vec(),
+            },
+            EventKindView::Cleared => EventKind::Cleared,
+        };
+        Event {
+            worker: self.worker,
+            event_id: self.event_id,
+            kind,
+        }
+    }
 }

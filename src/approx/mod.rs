@@ -52,7 +52,7 @@ use crate::error::EventError;
 use crate::index::KvIndex;
 use crate::scores::OverlapScores;
 use crate::sync::{Mutex, lock};
-use crate::types::{Event, LocalHash, Worker};
+use crate::types::{Event, EventView, LocalHash, Worker};
 use core::time::Duration;
 use predictions::Predictions;
 
@@ -157,19 +157,30 @@ impl<I: KvIndex> ApproximateIndexer<I> {
     }
 }
 
+impl<I: KvIndex> ApproximateIndexer<I> {
+    /// Before `worker`'s first engine event: drops its predictions from the index and marks it
+    /// exact.
+    fn make_exact(&self, worker: Worker) {
+        let mut predictions = lock(&self.predictions);
+        if !predictions.is_exact(worker)
+            && let Some(clear) = predictions.make_exact(worker)
+        {
+            self.apply_predicted(&[clear]);
+        }
+    }
+}
+
 impl<I: KvIndex> KvIndex for ApproximateIndexer<I> {
     /// Applies an engine's event exactly. The first event of a worker drops its predictions
     /// (clearing them from the index) and marks it exact: routing decisions no longer change it.
     fn apply(&self, event: &Event) -> Result<(), EventError> {
-        {
-            let mut predictions = lock(&self.predictions);
-            if !predictions.is_exact(event.worker)
-                && let Some(clear) = predictions.make_exact(event.worker)
-            {
-                self.apply_predicted(&[clear]);
-            }
-        }
+        self.make_exact(event.worker);
         self.index.apply(event)
+    }
+
+    fn apply_view(&self, event: EventView<'_>) -> Result<(), EventError> {
+        self.make_exact(event.worker);
+        self.index.apply_view(event)
     }
 
     fn find_matches(&self, query: &[LocalHash]) -> OverlapScores {

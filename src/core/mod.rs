@@ -36,7 +36,7 @@ use crate::error::EventError;
 use crate::index::KvIndex;
 use crate::scores::OverlapScores;
 use crate::sync::{Arc, lock};
-use crate::types::{Event, EventKind, LocalHash, Worker};
+use crate::types::{Event, EventKindView, EventView, LocalHash, Worker};
 use canon::Canon;
 use held::HeldBlocks;
 use worker_table::{WorkerCell, WorkerTable};
@@ -178,16 +178,20 @@ impl<L: Layout> Indexer<L> {
 
 impl<L: Layout> KvIndex for Indexer<L> {
     fn apply(&self, event: &Event) -> Result<(), EventError> {
-        match &event.kind {
-            EventKind::Stored { parent, blocks } => {
+        self.apply_view(event.view())
+    }
+
+    fn apply_view(&self, event: EventView<'_>) -> Result<(), EventError> {
+        match event.kind {
+            EventKindView::Stored { parent, blocks } => {
                 if blocks.is_empty() {
                     return Ok(());
                 }
                 self.with_worker(event.worker, |st, guard| {
-                    st.store(&self.layout, guard, &self.canon, *parent, blocks)
+                    st.store(&self.layout, guard, &self.canon, parent, blocks)
                 })
             }
-            EventKind::Removed { blocks } => {
+            EventKindView::Removed { blocks } => {
                 // A worker with no cell (or one retired meanwhile) holds nothing.
                 let removed = self.workers.cell(event.worker).and_then(|cell| {
                     self.with_cell(event.worker, &cell, |st, guard| {
@@ -198,11 +202,11 @@ impl<L: Layout> KvIndex for Indexer<L> {
                     Some(out) => out,
                     None if blocks.is_empty() => Ok(()),
                     None => Err(EventError::UnknownBlocks {
-                        missing: blocks.clone(),
+                        missing: blocks.to_vec(),
                     }),
                 }
             }
-            EventKind::Cleared => {
+            EventKindView::Cleared => {
                 if let Some(cell) = self.workers.cell(event.worker) {
                     self.drop_worker(event.worker, &cell);
                 }
