@@ -389,7 +389,7 @@ fn inbox_model(naps: u32) {
     use crate::inbox::Inbox;
     use loom::sync::{Condvar, Mutex};
     loom::model(move || {
-        let inbox = Arc::new(Inbox::<u32, u32>::with_naps(2, naps));
+        let inbox = Arc::new(Inbox::<Vec<u32>, u32>::with_naps(2, naps));
         let seen = Arc::new((Mutex::new(Vec::new()), Condvar::new()));
         let writer = {
             let (inbox, seen) = (inbox.clone(), seen.clone());

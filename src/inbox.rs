@@ -27,6 +27,35 @@
 use crate::sync::{Condvar, Mutex, MutexGuard, lock};
 use core::time::Duration;
 
+/// What an inbox queues messages in: a `Vec` of them, or a batch that also holds what they
+/// point into (the writer pool's copies keep their blocks in one buffer per batch). A writer
+/// takes the whole container at once and hands back an empty one, whose room the senders fill
+/// next.
+pub(crate) trait Messages: Default {
+    /// One message.
+    type Msg;
+    /// Messages queued.
+    fn len(&self) -> usize;
+    /// No message queued.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Queues `msg` last.
+    fn push(&mut self, msg: Self::Msg);
+}
+
+impl<T> Messages for Vec<T> {
+    type Msg = T;
+
+    fn len(&self) -> usize {
+        Vec::len(self)
+    }
+
+    fn push(&mut self, msg: T) {
+        Vec::push(self, msg);
+    }
+}
+
 /// How long a writer with nothing to do waits before it looks again.
 pub(crate) const NAP: Duration = Duration::from_micros(50);
 /// Empty naps before a writer falls asleep until a sender wakes it. Few: a nap that ends by
@@ -50,8 +79,8 @@ enum Writer {
 }
 
 #[derive(Debug)]
-struct State<T, S> {
-    queued: Vec<T>,
+struct State<Q, S> {
+    queued: Q,
     /// What the writer is done with, for a sender to free.
     spent: Vec<S>,
     /// Room for `spent`, emptied by a sender.
@@ -72,11 +101,11 @@ pub(crate) enum Refused<T> {
     Stopped(T),
 }
 
-/// One writer's queue of messages `T`, and of what they owned, `S`, on its way back to the
-/// senders; see the module docs.
+/// One writer's queue of messages, kept in a `Q`, and of what they owned, `S`, on its way back
+/// to the senders; see the module docs.
 #[derive(Debug)]
-pub(crate) struct Inbox<T, S = ()> {
-    state: Mutex<State<T, S>>,
+pub(crate) struct Inbox<Q, S = ()> {
+    state: Mutex<State<Q, S>>,
     /// The writer waits here for messages.
     ready: Condvar,
     /// Senders wait here for room.
@@ -88,7 +117,7 @@ pub(crate) struct Inbox<T, S = ()> {
     naps: u32,
 }
 
-impl<T, S> Inbox<T, S> {
+impl<Q: Messages, S> Inbox<Q, S> {
     /// A queue of room for `capacity` messages (at least one).
     pub(crate) fn new(capacity: usize) -> Self {
         Self::with_naps(capacity, NAPS)
@@ -99,7 +128,7 @@ impl<T, S> Inbox<T, S> {
         let capacity = capacity.max(1);
         Self {
             state: Mutex::new(State {
-                queued: Vec::new(),
+                queued: Q::default(),
                 spent: Vec::new(),
                 spare: Vec::new(),
                 writer: Writer::Busy,
@@ -115,33 +144,46 @@ impl<T, S> Inbox<T, S> {
     }
 
     /// Queues `msg`, waiting while the queue is full; an `urgent` message wakes the writer.
-    pub(crate) fn send(&self, msg: T, urgent: bool) -> Result<(), Refused<T>> {
+    pub(crate) fn send(&self, msg: Q::Msg, urgent: bool) -> Result<(), Refused<Q::Msg>> {
         let mut state = lock(&self.state);
         while !state.stopped && state.queued.len() >= self.capacity {
             state = wait(&self.room, state);
         }
-        self.push(state, msg, urgent)
+        self.push(state, urgent, msg, |queued, msg| queued.push(msg))
+    }
+
+    /// Queues what `write` adds to the queue (one message), waiting while the queue is full.
+    /// Refused with `write` unused if the writer has stopped.
+    pub(crate) fn send_with<W: FnOnce(&mut Q)>(&self, write: W) -> Result<(), Refused<W>> {
+        let mut state = lock(&self.state);
+        while !state.stopped && state.queued.len() >= self.capacity {
+            state = wait(&self.room, state);
+        }
+        self.push(state, false, write, |queued, write| write(queued))
     }
 
     /// Queues `msg` if there is room, without waiting.
-    pub(crate) fn try_send(&self, msg: T) -> Result<(), Refused<T>> {
+    pub(crate) fn try_send(&self, msg: Q::Msg) -> Result<(), Refused<Q::Msg>> {
         let state = lock(&self.state);
         if !state.stopped && state.queued.len() >= self.capacity {
             return Err(Refused::Full(msg));
         }
-        self.push(state, msg, false)
+        self.push(state, false, msg, |queued, msg| queued.push(msg))
     }
 
-    fn push(
+    /// Queues `msg` with `queue` unless the writer has stopped, wakes the writer if it must, and
+    /// frees what the writer gave back.
+    fn push<M>(
         &self,
-        mut state: MutexGuard<'_, State<T, S>>,
-        msg: T,
+        mut state: MutexGuard<'_, State<Q, S>>,
         urgent: bool,
-    ) -> Result<(), Refused<T>> {
+        msg: M,
+        queue: impl FnOnce(&mut Q, M),
+    ) -> Result<(), Refused<M>> {
         if state.stopped {
             return Err(Refused::Stopped(msg));
         }
-        state.queued.push(msg);
+        queue(&mut state.queued, msg);
         let spent = Self::spent(&mut state);
         let wake = match state.writer {
             Writer::Busy => false,
@@ -164,7 +206,7 @@ impl<T, S> Inbox<T, S> {
 
     /// What the writer gave back, for the caller to [`free`](Self::free) once it let go of the
     /// lock; the spare room takes its place.
-    fn spent(state: &mut State<T, S>) -> Option<Vec<S>> {
+    fn spent(state: &mut State<Q, S>) -> Option<Vec<S>> {
         match state.spent.is_empty() {
             true => None,
             false => Some(std::mem::replace(
@@ -195,7 +237,7 @@ impl<T, S> Inbox<T, S> {
         }
     }
 
-    fn put_spent(state: &mut State<T, S>, spent: &mut Vec<S>) {
+    fn put_spent(state: &mut State<Q, S>, spent: &mut Vec<S>) {
         match state.spent.is_empty() {
             true => std::mem::swap(&mut state.spent, spent),
             false => state.spent.append(spent),
@@ -219,7 +261,7 @@ impl<T, S> Inbox<T, S> {
         let mut state = lock(&self.state);
         let queued = match state.queued.is_empty() {
             true => std::mem::take(&mut state.queued),
-            false => Vec::new(),
+            false => Q::default(),
         };
         drop(state);
         drop(queued);
@@ -228,7 +270,7 @@ impl<T, S> Inbox<T, S> {
     /// The writer's side: gives back `spent` (see [`give_back`](Self::give_back)), waits for
     /// messages and moves them all into `batch` (empty), oldest first. Returns `false`, with
     /// nothing taken, once the queue is closed and empty.
-    pub(crate) fn take(&self, batch: &mut Vec<T>, spent: &mut Vec<S>) -> bool {
+    pub(crate) fn take(&self, batch: &mut Q, spent: &mut Vec<S>) -> bool {
         debug_assert!(batch.is_empty());
         let mut state = lock(&self.state);
         if !spent.is_empty() {
@@ -272,7 +314,7 @@ impl<T, S> Inbox<T, S> {
 
     /// The writer is gone: later sends fail, and senders waiting for room get their message
     /// back. Returns what was queued and will never be taken.
-    pub(crate) fn stop(&self) -> Vec<T> {
+    pub(crate) fn stop(&self) -> Q {
         let mut state = lock(&self.state);
         state.stopped = true;
         let left = std::mem::take(&mut state.queued);
@@ -297,7 +339,7 @@ mod tests {
     use std::time::Instant;
 
     /// Takes batches on a thread of its own until the inbox closes; returns them in order.
-    fn drain(inbox: Arc<Inbox<u32>>) -> std::thread::JoinHandle<Vec<u32>> {
+    fn drain(inbox: Arc<Inbox<Vec<u32>>>) -> std::thread::JoinHandle<Vec<u32>> {
         std::thread::spawn(move || {
             let (mut all, mut batch) = (Vec::new(), Vec::new());
             while inbox.take(&mut batch, &mut Vec::new()) {
@@ -320,7 +362,7 @@ mod tests {
 
     #[test]
     fn a_napping_writer_takes_an_ordinary_message_within_its_nap() {
-        let inbox = Arc::new(Inbox::<u32>::new(8));
+        let inbox = Arc::new(Inbox::<Vec<u32>>::new(8));
         let (tx, rx) = std::sync::mpsc::channel(); // sync-shim: a real thread's report
         let writer = {
             let inbox = inbox.clone();
@@ -347,7 +389,7 @@ mod tests {
 
     #[test]
     fn a_full_queue_refuses_try_send_and_a_stopped_writer_refuses_all() {
-        let inbox = Inbox::<u32>::new(2);
+        let inbox = Inbox::<Vec<u32>>::new(2);
         inbox.send(1, false).unwrap();
         inbox.try_send(2).unwrap();
         assert!(matches!(inbox.try_send(3), Err(Refused::Full(3))));
@@ -358,7 +400,7 @@ mod tests {
 
     #[test]
     fn a_sender_waiting_for_room_gets_its_message_back_when_the_writer_stops() {
-        let inbox = Arc::new(Inbox::<u32>::new(1));
+        let inbox = Arc::new(Inbox::<Vec<u32>>::new(1));
         inbox.send(1, false).unwrap();
         let sender = {
             let inbox = inbox.clone();
@@ -373,7 +415,7 @@ mod tests {
     /// belongings come back exactly once.
     #[test]
     fn spent_messages_come_back_to_the_senders() {
-        let inbox = Inbox::<u32, Arc<()>>::new(8);
+        let inbox = Inbox::<Vec<u32>, Arc<()>>::new(8);
         let owned = Arc::new(());
         let (mut batch, mut spent) = (Vec::new(), Vec::new());
         inbox.send(1, true).unwrap();

@@ -162,3 +162,76 @@ fn drop_applies_queued_events() {
     }
     assert_eq!(index.block_count(Worker::new(9, 0)), 100);
 }
+
+/// Copies and owned events, mixed, through a pool of small queues: every layout ends where the
+/// reference does. The copies come from one buffer that is refilled for every event, so a copy
+/// that still pointed at the buffer would show.
+#[test]
+fn copied_and_owned_events_apply_in_submission_order_on_every_layout() {
+    use flash_indexer::testing::{Op, Profile, enabled_layouts, scaled_cases, steps_strategy};
+    use proptest::test_runner::{Config, TestCaseError, TestRunner};
+
+    let profile = Profile::adversarial();
+    let config = Config {
+        cases: scaled_cases(64),
+        failure_persistence: None,
+        ..Config::default()
+    };
+    let strategy = (
+        steps_strategy(profile.steps),
+        proptest::prelude::any::<u64>(),
+    );
+    for factory in enabled_layouts().into_iter().filter(|f| f.primary) {
+        let mut runner = TestRunner::new(config.clone());
+        let result = runner.run(&strategy, |(steps, seed)| {
+            let mut universe = profile.universe(seed);
+            let ops = universe.ops(&steps);
+            let reference = NaiveIndexer::new();
+            let pool = WriterPool::new(
+                Arc::<dyn KvIndex>::from((factory.make)()),
+                PoolConfig {
+                    threads: 2,
+                    queue_capacity: 4,
+                },
+            );
+            let mut buffer = Event::cleared(Worker::new(0, 0), 0);
+            let mut queries = universe.closing_queries();
+            for (i, op) in ops.iter().enumerate() {
+                match op {
+                    Op::Apply(event) => {
+                        let _ = reference.apply(event);
+                        if i % 3 == 0 {
+                            pool.submit(event.clone()).unwrap();
+                        } else {
+                            buffer.clone_from(event);
+                            pool.submit_copy(&buffer).unwrap();
+                        }
+                    }
+                    Op::RemoveWorker(id) => {
+                        reference.remove_worker(*id);
+                        pool.remove_worker(*id);
+                    }
+                    Op::RemoveWorkerDpRank(w) => {
+                        reference.remove_worker_dp_rank(*w);
+                        pool.remove_worker_dp_rank(*w);
+                    }
+                    Op::Query(query) => queries.push(query.clone()),
+                }
+            }
+            pool.flush();
+            for query in &queries {
+                let (got, want) = (pool.find_matches(query), reference.find_matches(query));
+                if got != want {
+                    return Err(TestCaseError::fail(format!(
+                        "{}: {query:?}: {got:?}, want {want:?}",
+                        factory.name
+                    )));
+                }
+            }
+            Ok(())
+        });
+        if let Err(failure) = result {
+            panic!("{failure}");
+        }
+    }
+}

@@ -16,6 +16,8 @@
 //! assert_eq!(pool.stats().applied, 1);
 //! ```
 
+mod batch;
+
 use crate::error::EventError;
 use crate::inbox::{Inbox, Refused};
 use crate::index::KvIndex;
@@ -23,7 +25,8 @@ use crate::latch::Latch;
 use crate::scores::OverlapScores;
 use crate::sync::Arc;
 use crate::sync::atomic::Ordering;
-use crate::types::{Event, LocalHash, Worker};
+use crate::types::{Event, EventView, LocalHash, Worker};
+use batch::{Batch, Copied, Taken};
 use core::fmt;
 use std::thread::JoinHandle;
 
@@ -105,6 +108,8 @@ impl Counters {
 
 enum Msg {
     Event(Event),
+    /// An event of [`WriterPool::submit_copy`], its blocks in the batch's buffers.
+    Copied(Copied),
     RemoveWorker(u64),
     RemoveWorkerDpRank(Worker),
     Flush(Countdown),
@@ -141,7 +146,7 @@ impl Drop for Countdown {
 /// Dropping the pool applies every queued event, then joins the threads.
 pub struct WriterPool<I: KvIndex + ?Sized + 'static> {
     index: Arc<I>,
-    queues: Vec<Arc<Inbox<Msg, Event>>>,
+    queues: Vec<Arc<Inbox<Batch, Event>>>,
     threads: Vec<JoinHandle<()>>,
     counters: Arc<Counters>,
 }
@@ -174,7 +179,7 @@ impl<I: KvIndex + ?Sized + 'static> WriterPool<I> {
         &self.index
     }
 
-    fn queue(&self, id: u64) -> &Inbox<Msg, Event> {
+    fn queue(&self, id: u64) -> &Inbox<Batch, Event> {
         // A multiplicative mix so that dense worker ids spread over the threads.
         let h = id.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 32;
         &self.queues[(h % self.queues.len() as u64) as usize]
@@ -188,6 +193,40 @@ impl<I: KvIndex + ?Sized + 'static> WriterPool<I> {
                 Refused::Stopped(Msg::Event(event)) => SubmitError::Closed(event),
                 _ => unreachable!("`send` waits for room, and the message sent was an event"),
             })
+    }
+
+    /// Queues a copy of `event`, waiting while its worker's queue is full.
+    ///
+    /// For a router that keeps its events, or decodes each into a buffer it reuses: the copy is
+    /// written into the pool's own buffers, which the writers apply in place and clear for the
+    /// next copies, so a steady stream of copies allocates and frees nothing, where
+    /// [`submit`](Self::submit) costs an allocation and a free for every event. On the Mooncake
+    /// trace replay through two writers on two cores, that was most of the submitting thread's
+    /// time (paper, section 6.11). The buffers keep the room of the largest burst queued since
+    /// the last [`flush`](Self::flush), which frees them.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use flash_indexer::{Block, DefaultIndexer, Event, LocalHash, SeqHash, Worker};
+    /// use flash_indexer::pool::{PoolConfig, WriterPool};
+    ///
+    /// let pool = WriterPool::new(Arc::new(DefaultIndexer::default()), PoolConfig::default());
+    /// let w = Worker::new(4, 0);
+    /// let mut event = Event::stored(w, 0, None, vec![Block::new(LocalHash(1), SeqHash(11))]);
+    /// pool.submit_copy(&event).unwrap();
+    /// pool.flush();
+    /// assert_eq!(pool.find_matches(&[LocalHash(1)]).get(w), Some(1));
+    /// // The same event, refilled: the pool kept a copy, not the buffer.
+    /// event = Event::removed(w, 1, vec![SeqHash(11)]);
+    /// pool.submit_copy(&event).unwrap();
+    /// pool.flush();
+    /// assert_eq!(pool.find_matches(&[LocalHash(1)]).get(w), None);
+    /// ```
+    pub fn submit_copy<'a>(&self, event: impl Into<EventView<'a>>) -> Result<(), SubmitError> {
+        let event = event.into();
+        self.queue(event.worker.id)
+            .send_with(|batch: &mut Batch| batch.copy(event))
+            .map_err(|_| SubmitError::Closed(event.to_event()))
     }
 
     /// Queues `event` if its worker's queue has room; hands it back otherwise.
@@ -275,7 +314,7 @@ const YIELD_EVERY: usize = 32;
 
 /// Marks the writer's queue stopped when the writer returns or unwinds: later submits fail,
 /// and flushes queued behind it count down as they are dropped.
-struct StopOnExit<'a>(&'a Inbox<Msg, Event>);
+struct StopOnExit<'a>(&'a Inbox<Batch, Event>);
 
 impl Drop for StopOnExit<'_> {
     fn drop(&mut self) {
@@ -285,35 +324,39 @@ impl Drop for StopOnExit<'_> {
 
 /// Applies what `queue` brings until it closes. Applied events go back to the submitters to be
 /// freed (see [`Inbox::give_back`]).
-fn writer_loop<I: KvIndex + ?Sized>(index: &I, counters: &Counters, queue: &Inbox<Msg, Event>) {
+fn writer_loop<I: KvIndex + ?Sized>(index: &I, counters: &Counters, queue: &Inbox<Batch, Event>) {
     let _stop = StopOnExit(queue);
-    let (mut batch, mut spent) = (Vec::new(), Vec::new());
+    let (mut batch, mut spent) = (Batch::default(), Vec::new());
     // The flushes of the batch being applied, counted down once it is all applied and the
     // writer keeps no memory of it.
     let mut flushes = Vec::new();
     while queue.take(&mut batch, &mut spent) {
-        for (i, msg) in batch.drain(..).enumerate() {
-            if i % YIELD_EVERY == YIELD_EVERY - 1 {
+        let mut taken = 0;
+        batch.drain(|msg| {
+            taken += 1;
+            if taken % YIELD_EVERY == 0 {
                 // A thread waiting for this core (a router's query, on a machine with fewer
                 // cores than threads) waits for this many events at most, not a time slice.
                 std::thread::yield_now();
             }
             match msg {
-                Msg::Event(event) => {
+                Taken::Copy(event) => counters.count(&index.apply_view(event)),
+                Taken::Msg(Msg::Event(event)) => {
                     counters.count(&index.apply(&event));
                     spent.push(event);
                 }
-                Msg::RemoveWorker(id) => index.remove_worker(id),
-                Msg::RemoveWorkerDpRank(worker) => index.remove_worker_dp_rank(worker),
-                Msg::Flush(countdown) => flushes.push(countdown),
+                Taken::Msg(Msg::Copied(_)) => unreachable!("a batch hands copies out as views"),
+                Taken::Msg(Msg::RemoveWorker(id)) => index.remove_worker(id),
+                Taken::Msg(Msg::RemoveWorkerDpRank(worker)) => index.remove_worker_dp_rank(worker),
+                Taken::Msg(Msg::Flush(countdown)) => flushes.push(countdown),
             }
-        }
+        });
         if !flushes.is_empty() {
             index.flush_retired();
             // Given back before the flushes return, so that they free them; the room the
             // burst took is freed too.
             queue.give_back(&mut spent);
-            (batch, spent) = (Vec::new(), Vec::new());
+            (batch, spent) = (Batch::default(), Vec::new());
             queue.trim();
             for countdown in flushes.drain(..) {
                 drop(countdown);
