@@ -2,7 +2,7 @@
 //! its internals without making them public) under `cfg(all(test, loom))`. Run with
 //! `RUSTFLAGS="--cfg loom --cfg crossbeam_loom" LOOM_MAX_PREEMPTIONS=2 cargo test --release --lib loom`.
 
-use crate::index_core::{Key, Storage, Tree};
+use crate::index_core::{Key, RunKeys, Storage, Tree};
 use crate::layouts::RadixTree;
 use crate::{Block, LocalHash, SeqHash};
 
@@ -23,7 +23,16 @@ fn add(tree: &RadixTree, locals: &[u64], slot: u32) -> Vec<<RadixTree as Storage
     let guard = tree.guard();
     let mut handles = Vec::new();
     // SAFETY: the seam contract (I1) as kept by hand, see the top of the file.
-    unsafe { tree.add_run(None, &keys, &blocks, slot, &guard, &mut handles) };
+    unsafe {
+        tree.add_run(
+            None,
+            &RunKeys::listed(&keys),
+            &blocks,
+            slot,
+            &guard,
+            &mut handles,
+        )
+    };
     handles
 }
 

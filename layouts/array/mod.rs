@@ -182,7 +182,7 @@ pub type ArrayIndexerOf<const DEPTH: usize> = Indexer<PositionArray<DEPTH>>;
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::index_core::{Checkpointed, Storage, Tree};
+    use crate::index_core::{Checkpointed, RunKeys, Storage, Tree};
     use crate::types::LocalHash;
 
     #[test]
@@ -200,7 +200,16 @@ mod tests {
             .collect();
         let mut handles = Vec::new();
         // SAFETY: I1 by hand: no parent; the slot is removed once, from what was returned.
-        unsafe { layout.add_run(None, &keys, &blocks, 5, &guard, &mut handles) };
+        unsafe {
+            layout.add_run(
+                None,
+                &RunKeys::listed(&keys),
+                &blocks,
+                5,
+                &guard,
+                &mut handles,
+            )
+        };
         // Edges stop at checkpoints: one node per stride, and one for the last three blocks.
         assert_eq!(layout.entries(), 6);
         assert_eq!(layout.tree.index().len(), 6);

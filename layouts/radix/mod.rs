@@ -62,7 +62,7 @@ pub type RadixIndexer = Indexer<RadixTree>;
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::index_core::{Key, Storage, Tree};
+    use crate::index_core::{Key, RunKeys, Storage, Tree};
     use crate::types::LocalHash;
 
     fn blocks(locals: &[u64]) -> Vec<LocalHash> {
@@ -80,11 +80,13 @@ mod tests {
         let (mut a, mut b) = (Vec::new(), Vec::new());
         let run = blocks(&[1, 2, 3, 4]);
         // SAFETY: I1 by hand: parents passed while their slot is in them; slots removed once.
-        let twins = unsafe { tree.add_run(None, &keys(4), &run, 7, &guard, &mut a) };
+        let twins =
+            unsafe { tree.add_run(None, &RunKeys::listed(&keys(4)), &run, 7, &guard, &mut a) };
         assert_eq!((twins, tree.entries()), (0, 1), "one run, one node");
         let fork = blocks(&[1, 2, 9]);
         // SAFETY: as above.
-        let twins = unsafe { tree.add_run(None, &keys(3), &fork, 8, &guard, &mut b) };
+        let twins =
+            unsafe { tree.add_run(None, &RunKeys::listed(&keys(3)), &fork, 8, &guard, &mut b) };
         assert_eq!(
             (twins, tree.entries()),
             (0, 2),
@@ -102,7 +104,16 @@ mod tests {
         // The same blocks again under the same worker: all of them already held (twins).
         let mut again = Vec::new();
         // SAFETY: as above.
-        let twins = unsafe { tree.add_run(None, &keys(4), &run, 7, &guard, &mut again) };
+        let twins = unsafe {
+            tree.add_run(
+                None,
+                &RunKeys::listed(&keys(4)),
+                &run,
+                7,
+                &guard,
+                &mut again,
+            )
+        };
         assert_eq!((twins, again), (4, a.clone()));
         // A tail eviction moves the cutoff; the last worker out unlinks the nodes.
         // SAFETY: as above.

@@ -39,7 +39,7 @@ mod node;
 use node::ChildKey;
 pub(crate) use node::{Node, NodePtr, Spot};
 
-use crate::index_core::{Checkpointed, Cover, Key, Search, Slot, Storage, Tree};
+use crate::index_core::{Checkpointed, Cover, Key, RunKeys, Search, Slot, Storage, Tree};
 use crate::sync::atomic::{AtomicU64, Ordering};
 use crate::types::LocalHash;
 use crossbeam_epoch::Guard;
@@ -235,7 +235,8 @@ impl<T: AsTree> Storage for T {
     ) -> (Spot, bool) {
         let mut handle = Vec::with_capacity(1);
         // SAFETY: the caller's contract, for a run of one block.
-        let twins = unsafe { self.add_run(parent, &[key], &[local], slot, guard, &mut handle) };
+        let keys = RunKeys::listed(core::slice::from_ref(&key));
+        let twins = unsafe { self.add_run(parent, &keys, &[local], slot, guard, &mut handle) };
         (handle[0], twins == 0)
     }
 
@@ -260,7 +261,7 @@ impl<T: AsTree> Storage for T {
     unsafe fn add_run(
         &self,
         parent: Option<Spot>,
-        keys: &[Key],
+        keys: &RunKeys<'_>,
         locals: &[LocalHash],
         slot: Slot,
         guard: &Self::Guard<'_>,
@@ -301,10 +302,10 @@ impl<T: AsTree> Storage for T {
                 let (cap, anchor) = match T::Index::STRIDE {
                     0 => (rest.len(), None),
                     stride => {
-                        let first_key = keys[locals.len() - rest.len()];
-                        let into = first_key.pos % stride;
+                        let first = locals.len() - rest.len();
+                        let into = keys.pos(first) % stride;
                         let cap = rest.len().min((stride - into) as usize);
-                        (cap, (into == 0).then_some(first_key))
+                        (cap, (into == 0).then(|| keys.key(first)))
                     }
                 };
                 let (child, to, old, created) = node.enter_child(

@@ -113,10 +113,18 @@ impl Canon {
         self.powers.roll(from, locals, every, marks)
     }
 
+    /// The canonical hash of the block `parent`, or of the empty prefix for `None`.
+    #[inline]
+    pub(crate) fn parent_of(&self, parent: Option<Key>) -> u64 {
+        parent.map_or(self.root, |p| p.canon)
+    }
+
     /// The keys of a chain of blocks with local hashes `locals` under a parent at `parent`
     /// (`None`: a root), in order, appended to `out`: [`Canon::step`] block by block, but with
-    /// one dependent product per four blocks.
+    /// one dependent product per four blocks. (The write side asks
+    /// [`RunKeys`](super::run_keys::RunKeys) for the few keys it needs instead.)
     #[inline]
+    #[cfg_attr(not(any(test, feature = "testing")), allow(dead_code))]
     pub(crate) fn children(
         &self,
         parent: Option<Key>,

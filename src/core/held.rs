@@ -35,7 +35,8 @@ use super::child_list::ChildList;
 use super::handles;
 use super::layout::Layout;
 use super::places::Places;
-use super::run::{Loc, Run, RunId};
+use super::run::{KeptCanons, Loc, Run, RunId};
+use super::run_keys::RunKeys;
 use super::slots::Slot;
 use crate::error::EventError;
 use crate::types::{Block, Event, LocalHash, SeqHash, Worker};
@@ -58,8 +59,9 @@ std::thread_local! {
     static LOCALS: core::cell::Cell<Vec<LocalHash>> = core::cell::Cell::default();
 }
 
-/// Key `i` of the blocks from position `pos` on: `keys[i]` for a layout that finds entries by
-/// key (the core rolled their canonical hashes into `keys`), the position alone otherwise.
+/// Key `i` of the detached blocks from position `pos` on: `keys[i]` for a layout that finds
+/// entries by key (the core rolled their canonical hashes into `keys`), the position alone
+/// otherwise.
 fn key_of<L: Layout>(keys: &[Key], pos: u32, i: usize) -> Key {
     match L::KEYED {
         true => keys[i],
@@ -82,8 +84,12 @@ pub(crate) struct HeldBlocks<L: Layout> {
     extra: Map<(Key, L::Handle), u32>,
     /// Holes in the runs.
     holes: usize,
-    /// Keys being attached or detached, kept between events so that events allocate nothing.
+    /// Keys being detached, kept between events so that events allocate nothing.
     scratch: Vec<Key>,
+    /// The same for the canonical hashes rolled for a run being attached ([`RunKeys`]) ...
+    marks: Vec<u64>,
+    /// ... and for what the run keeps of them.
+    kept: KeptCanons,
     /// Runs of the event being stored that have blocks to attach once it is all in.
     pending: Vec<RunId>,
 }
@@ -99,6 +105,8 @@ impl<L: Layout> HeldBlocks<L> {
             extra: Map::default(),
             holes: 0,
             scratch: Vec::new(),
+            marks: Vec::new(),
+            kept: KeptCanons::default(),
             pending: Vec::new(),
         }
     }
@@ -566,7 +574,7 @@ impl<L: Layout> HeldBlocks<L> {
         // Neither list allocates unless runs hang under the attached blocks.
         let mut stack = Vec::new();
         let mut rooted: Vec<(RunId, Key, L::Handle)> = Vec::new();
-        let mut keys = std::mem::take(&mut self.scratch);
+        let mut marks = std::mem::take(&mut self.marks);
         let mut next = Some(root);
         while let Some(id) = next.take().or_else(|| stack.pop()) {
             let run = &mut self.runs[id as usize];
@@ -574,19 +582,17 @@ impl<L: Layout> HeldBlocks<L> {
             let (from, end) = (run.reach as usize, run.end());
             if from < end {
                 let tip = run.tip();
-                keys.clear();
-                // A layout that ignores keys gets none: the core then rolls no canonical hashes
-                // and writes nothing per block here.
-                let pos = tip.map_or(0, |(key, _)| key.pos + 1);
                 // The blocks from `reach` on are unreachable: their local hashes are the run's.
                 let staged = staged.filter(|_| id == root);
                 let locals = match staged {
                     Some(staged) => &staged[..end - from],
                     None => &run.unreachable[..end - from],
                 };
-                if L::KEYED {
-                    canon.children(tip.map(|(key, _)| key), locals.iter().copied(), &mut keys);
-                }
+                // A layout that ignores keys gets positions alone: the core then rolls no
+                // canonical hashes.
+                let keys =
+                    RunKeys::roll(canon, L::KEYED, tip.map(|(key, _)| key), locals, &mut marks);
+                self.kept.take(from, end - from, &keys);
                 handles::with_scratch(|added: &mut Vec<L::Handle>| {
                     // SAFETY: the tip's handle is kept only while its block is reachable, and a
                     // reachable block's entry holds this worker's slot (I1).
@@ -595,22 +601,19 @@ impl<L: Layout> HeldBlocks<L> {
                     };
                     run.handles.extend(added);
                     for (i, handle) in added.iter().enumerate().take(twins) {
-                        *self
-                            .extra
-                            .entry((key_of::<L>(&keys, pos, i), *handle))
-                            .or_insert(0) += 1;
+                        *self.extra.entry((keys.key(i), *handle)).or_insert(0) += 1;
                     }
                     if run.may_branch {
                         for (i, seq) in run.seqs[from..end].iter().enumerate() {
                             if let Some(list) = self.kids.get(seq) {
                                 let handle = added[i];
-                                let key = key_of::<L>(&keys, pos, i);
+                                let key = keys.key(i);
                                 rooted.extend(list.as_slice().iter().map(|&k| (k, key, handle)));
                             }
                         }
                     }
                 });
-                run.attached(end - from, &keys, staged.is_none());
+                run.attached(end - from, &self.kept, staged.is_none());
             }
             for (k, key, handle) in rooted.drain(..) {
                 let kid = &mut self.runs[k as usize];
@@ -622,7 +625,7 @@ impl<L: Layout> HeldBlocks<L> {
                 }
             }
         }
-        self.scratch = keys;
+        self.marks = marks;
     }
 
     /// Detaches the reachable blocks of run `root` from `from` on, and every run under them:

@@ -15,6 +15,7 @@
 
 pub(crate) use super::canon::Key;
 pub(crate) use super::cover::Cover;
+pub(crate) use super::run_keys::RunKeys;
 pub(crate) use super::search::QueryCtx;
 pub(crate) use super::slots::Slot;
 
@@ -57,7 +58,7 @@ impl<T: seam::Checkpointed> Layout for T {}
 /// name them); which of them the enabled layouts reach depends on the features.
 #[allow(unreachable_pub)]
 pub(crate) mod seam {
-    use super::{Cover, Key, QueryCtx, Slot};
+    use super::{Cover, Key, QueryCtx, RunKeys, Slot};
     use crate::scores::OverlapScores;
     use crate::types::LocalHash;
 
@@ -148,7 +149,7 @@ pub(crate) mod seam {
         ) -> &'g [LocalHash];
 
         /// Adds `slot` to a run: blocks with local hashes `locals`, each the parent of the next,
-        /// at `keys`, the first under `parent`. Pushes each block's handle to `handles`, in order, and returns how
+        /// at `keys` (computed as asked for), the first under `parent`. Pushes each block's handle to `handles`, in order, and returns how
         /// many blocks at the front already held `slot` (salted twins: a block already there
         /// has its parent there, so they are always a prefix). One call per run lets a layout
         /// pay per run, not per block (a tree's edge, a worker's cutoff).
@@ -158,17 +159,17 @@ pub(crate) mod seam {
         unsafe fn add_run(
             &self,
             parent: Option<Self::Handle>,
-            keys: &[Key],
+            keys: &RunKeys<'_>,
             locals: &[LocalHash],
             slot: Slot,
             guard: &Self::Guard<'_>,
             handles: &mut Vec<Self::Handle>,
         ) -> usize {
             let (mut parent, mut twins, mut fresh) = (parent, 0, false);
-            for (key, &local) in keys.iter().zip(locals) {
+            for (i, &local) in locals.iter().enumerate() {
                 // SAFETY: the caller's contract for the first parent; each later parent is the
                 // entry just given `slot`.
-                let (handle, new) = unsafe { self.add(*key, local, parent, slot, guard) };
+                let (handle, new) = unsafe { self.add(keys.key(i), local, parent, slot, guard) };
                 handles.push(handle);
                 if new {
                     fresh = true;

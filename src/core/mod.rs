@@ -14,6 +14,7 @@ mod held;
 pub(crate) mod layout;
 mod places;
 mod run;
+pub(crate) mod run_keys;
 pub(crate) mod search;
 mod slot_set;
 mod slots;
@@ -28,6 +29,7 @@ pub(crate) use {
     cover::Cover,
     layout::QueryCtx,
     layout::seam::{Checkpointed, JumpSearch, Search, Storage, Stretch, Tree, Walk},
+    run_keys::RunKeys,
     slot_set::SlotSet,
     slots::Slot,
 };

@@ -14,6 +14,7 @@
 use super::canon::{Canon, Key};
 use super::handles::Handles;
 use super::layout::seam::{Storage, Stretch};
+use super::run_keys::RunKeys;
 use crate::types::{Block, LocalHash, SeqHash};
 use std::collections::BTreeSet;
 
@@ -21,6 +22,35 @@ use std::collections::BTreeSet;
 /// is rolled from the checkpoint before it, at most `CHECKPOINT - 1` steps of about a
 /// nanosecond.
 const CHECKPOINT: usize = 32;
+
+/// The canonical hashes a run keeps of blocks about to be attached (see [`Run::attached`]),
+/// taken from their keys first: the keys may borrow the run's own local hashes.
+#[derive(Default)]
+pub(super) struct KeptCanons {
+    first: Option<u64>,
+    checkpoints: Vec<u64>,
+    tip: Option<u64>,
+}
+
+impl KeptCanons {
+    /// What a run whose reach is `reach` keeps of the `n` blocks with `keys`: block 0's,
+    /// every [`CHECKPOINT`]-th's and the last's canonical hash (none unless keyed).
+    pub(super) fn take(&mut self, reach: usize, n: usize, keys: &RunKeys<'_>) {
+        self.checkpoints.clear();
+        (self.first, self.tip) = (None, None);
+        if !keys.keyed() || n == 0 {
+            return;
+        }
+        if reach == 0 {
+            self.first = Some(keys.key(0).canon);
+        }
+        let first_checkpoint = reach.next_multiple_of(CHECKPOINT).max(CHECKPOINT);
+        for off in (first_checkpoint..reach + n).step_by(CHECKPOINT) {
+            self.checkpoints.push(keys.key(off - reach).canon);
+        }
+        self.tip = Some(keys.key(n - 1).canon);
+    }
+}
 
 /// Makes room in a run's seqs for `n` more, growing them by an eighth at least instead of
 /// doubling them.
@@ -367,24 +397,20 @@ impl<H: Stretch> Run<H> {
     }
 
     /// Records `n` blocks just attached from offset `reach` on (their handles are already
-    /// pushed), with their keys unless the layout is not keyed (`keys` empty). Their local
-    /// hashes are the layout's from now on; `kept` says the run kept them till now (else the
-    /// blocks were attached as they came, and it never did).
-    pub(super) fn attached(&mut self, n: usize, keys: &[Key], kept: bool) {
+    /// pushed), with the canonical hashes the run keeps of them (none unless the layout is
+    /// keyed). Their local hashes are the layout's from now on; `kept` says the run kept them
+    /// till now (else the blocks were attached as they came, and it never did).
+    pub(super) fn attached(&mut self, n: usize, canons: &KeptCanons, kept: bool) {
         if kept {
             self.unreachable
                 .edit(|locals| locals.drain(..n).for_each(drop));
         }
-        let from = self.reach as usize;
-        for (i, key) in keys.iter().enumerate() {
-            match from + i {
-                0 => self.first = key.canon,
-                off if off % CHECKPOINT == 0 => self.canons.push(key.canon),
-                _ => {}
-            }
+        if let Some(first) = canons.first {
+            self.first = first;
         }
-        if let Some(last) = keys.last() {
-            self.tip = last.canon;
+        self.canons.extend_from_slice(&canons.checkpoints);
+        if let Some(tip) = canons.tip {
+            self.tip = tip;
         }
         self.reach += n as u32;
         debug_assert_eq!(self.handles.len(), self.reach as usize);
