@@ -478,13 +478,13 @@ impl<H: Stretch> Run<H> {
         }
         let base = Self::keys_base(off);
         let mut c = self.checkpoint(off / CHECKPOINT);
-        if base < off {
-            let mut locals = Vec::with_capacity(off - base);
-            self.locals(layout, guard, base + 1, off + 1, &mut locals);
-            for local in locals {
-                c = canon.step(c, local);
-            }
-        }
+        // Stepped through the layout's stretches in place (every block up to `off` is
+        // reachable): a list of them cost an allocation per eviction.
+        self.handles.stretches(base + 1, off + 1, |first, n| {
+            // SAFETY: as in `locals`: these blocks are reachable, so their handles are live (I1).
+            let locals = unsafe { layout.stretch_locals(first, n, guard) };
+            c = locals.iter().fold(c, |c, &local| canon.step(c, local));
+        });
         Key {
             pos: self.pos0() + off as u32,
             canon: c,
