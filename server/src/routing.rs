@@ -8,7 +8,7 @@
 
 use std::sync::{Arc, Weak};
 
-use flash_indexer::{Event, EventError, KvIndex, LocalHash, OverlapScores, Worker};
+use flash_indexer::{Event, EventError, EventView, KvIndex, LocalHash, OverlapScores, Worker};
 
 use crate::service::{ServedIndex, Service};
 
@@ -46,8 +46,13 @@ impl KvIndex for TopicRouter {
     /// Queues the event on its model's pool; what that pool's writer makes of it shows in that
     /// index's counters.
     fn apply(&self, event: &Event) -> Result<(), EventError> {
+        self.apply_view(event.view())
+    }
+
+    /// As `apply`: the pool keeps a copy in its own buffers, so the event is not cloned.
+    fn apply_view(&self, event: EventView<'_>) -> Result<(), EventError> {
         self.with_pool(event.worker.id, |pool| {
-            let _ = pool.submit(event.clone());
+            let _ = pool.submit_copy(event);
         });
         Ok(())
     }
