@@ -3,6 +3,10 @@
 //! Routing is sticky: every event of a worker id (all its dp ranks) goes to the same thread, so
 //! one worker's events apply in submission order and writers never contend on a worker's lock.
 //!
+//! Events are handed over owned ([`WriterPool::submit`]) or copied into the pool's own buffers
+//! ([`WriterPool::submit_copy`], for a router that keeps or reuses its event buffers: no
+//! allocation per event).
+//!
 //! ```
 //! use std::sync::Arc;
 //! use flash_indexer::{Block, DefaultIndexer, Event, LocalHash, SeqHash, Worker};
@@ -35,7 +39,9 @@ use std::thread::JoinHandle;
 pub struct PoolConfig {
     /// Writer threads (at least one).
     pub threads: usize,
-    /// Events each thread's queue holds before [`WriterPool::submit`] waits for room.
+    /// Events each thread's queue holds before [`WriterPool::submit`] waits for room. An event
+    /// of [`WriterPool::submit_copy`] counts once more for every 16 blocks it carries, so a full
+    /// queue's copies hold at most 16 blocks per unit of capacity.
     pub queue_capacity: usize,
 }
 
