@@ -299,23 +299,22 @@ impl<T: AsTree> Storage for T {
                 };
                 // A new edge stops at the next checkpoint; one starting at a checkpoint is
                 // indexed under its first block's key.
-                let (cap, anchor) = match T::Index::STRIDE {
-                    0 => (rest.len(), None),
+                let first = locals.len() - rest.len();
+                let (cap, at_checkpoint) = match T::Index::STRIDE {
+                    0 => (rest.len(), false),
                     stride => {
-                        let first = locals.len() - rest.len();
                         let into = keys.pos(first) % stride;
-                        let cap = rest.len().min((stride - into) as usize);
-                        (cap, (into == 0).then(|| keys.key(first)))
+                        (rest.len().min((stride - into) as usize), into == 0)
                     }
                 };
                 let (child, to, old, created) = node.enter_child(
                     key,
                     slot,
                     |edge| follow(edge, rest),
-                    || rest[..cap].into(),
-                    anchor,
+                    &rest[..cap],
+                    || at_checkpoint.then(|| keys.key(first)),
                     |child| {
-                        if let Some(anchor) = anchor {
+                        if let Some(anchor) = child.anchor() {
                             tree.index.insert(anchor, NodePtr(child), &guard.index);
                         }
                     },

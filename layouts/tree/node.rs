@@ -437,7 +437,7 @@ impl Node {
     }
 
     /// Adds `slot` to the child of `self` at `key`, holding `follow(child's edge)` blocks of it;
-    /// creates the child, with edge `edge()` and checkpoint key `anchor`, when there is none,
+    /// creates the child, with edge `edge` and checkpoint key `anchor()`, when there is none,
     /// and then calls `index(child)` before anyone else can reach it through `self` (under
     /// `self`'s lock, so that a writer that finds the child finds it indexed too). Returns the
     /// child, how many blocks `slot` holds there now, the cutoff it had there before, and
@@ -448,8 +448,8 @@ impl Node {
         key: ChildKey,
         slot: Slot,
         follow: impl FnOnce(&[LocalHash]) -> u32,
-        edge: impl FnOnce() -> Box<[LocalHash]>,
-        anchor: Option<Key>,
+        edge: &[LocalHash],
+        anchor: impl FnOnce() -> Option<Key>,
         index: impl FnOnce(&'g Node),
         guard: &'g Guard,
     ) -> (&'g Node, u32, u32, bool) {
@@ -470,9 +470,9 @@ impl Node {
                 (child, held, old, false)
             }
             None => {
-                let edge = edge();
+                // The edge is copied once, into the node's own allocation.
                 let held = edge.len() as u32;
-                let child = Node::create(&edge, key, self, Cover::one(slot, held), anchor);
+                let child = Node::create(edge, key, self, Cover::one(slot, held), anchor());
                 self.link(key, child, guard);
                 // SAFETY: just allocated and linked; it stays allocated while we are pinned (I3).
                 let child = unsafe { &*child };
