@@ -39,8 +39,7 @@ const BLOCKS_PER_MESSAGE: usize = 16;
 #[derive(Default)]
 pub(super) struct Batch {
     msgs: Vec<Msg>,
-    stored: Vec<Block>,
-    removed: Vec<SeqHash>,
+    buffers: Buffers,
     /// What the batch counts for against the queue's capacity: a message each, and a copied
     /// event one more for every [`BLOCKS_PER_MESSAGE`] blocks, so that a full queue's buffers
     /// hold at most `capacity * BLOCKS_PER_MESSAGE` blocks. (Counting messages alone, a queue
@@ -49,10 +48,11 @@ pub(super) struct Batch {
     load: usize,
 }
 
-/// A message of a batch being applied: a copied event, seen in place, or any other message.
-pub(super) enum Taken<'a> {
-    Copy(EventView<'a>),
-    Msg(Msg),
+/// The block lists of a batch's copied events, by kind.
+#[derive(Default)]
+pub(super) struct Buffers {
+    stored: Vec<Block>,
+    removed: Vec<SeqHash>,
 }
 
 impl Messages for Batch {
@@ -74,10 +74,10 @@ impl Batch {
         let kind = match event.kind {
             EventKindView::Stored { parent, blocks } => CopiedKind::Stored {
                 parent,
-                blocks: append(&mut self.stored, blocks),
+                blocks: append(&mut self.buffers.stored, blocks),
             },
             EventKindView::Removed { blocks } => CopiedKind::Removed {
-                blocks: append(&mut self.removed, blocks),
+                blocks: append(&mut self.buffers.removed, blocks),
             },
             EventKindView::Cleared => CopiedKind::Cleared,
         };
@@ -93,35 +93,28 @@ impl Batch {
         self.load += blocks / BLOCKS_PER_MESSAGE;
     }
 
-    /// Hands every message to `each`, oldest first, and leaves the batch empty, with its room.
-    pub(super) fn drain(&mut self, mut each: impl FnMut(Taken<'_>)) {
-        let Self {
-            msgs,
-            stored,
-            removed,
-            load,
-        } = self;
-        for msg in msgs.drain(..) {
-            each(match msg {
-                Msg::Copied(copied) => Taken::Copy(copied.view(stored, removed)),
-                msg => Taken::Msg(msg),
-            });
+    /// Hands every message to `each`, oldest first, with the buffers its copies' blocks are in
+    /// ([`Copied::view`]), and leaves the batch empty, with its room.
+    pub(super) fn drain(&mut self, mut each: impl FnMut(Msg, &Buffers)) {
+        for msg in self.msgs.drain(..) {
+            each(msg, &self.buffers);
         }
-        stored.clear();
-        removed.clear();
-        *load = 0;
+        self.buffers.stored.clear();
+        self.buffers.removed.clear();
+        self.load = 0;
     }
 }
 
 impl Copied {
-    fn view<'a>(&self, stored: &'a [Block], removed: &'a [SeqHash]) -> EventView<'a> {
+    /// The event, its blocks read in place from the `buffers` of its batch.
+    pub(super) fn view<'a>(&self, buffers: &'a Buffers) -> EventView<'a> {
         let kind = match &self.kind {
             CopiedKind::Stored { parent, blocks } => EventKindView::Stored {
                 parent: *parent,
-                blocks: &stored[blocks.clone()],
+                blocks: &buffers.stored[blocks.clone()],
             },
             CopiedKind::Removed { blocks } => EventKindView::Removed {
-                blocks: &removed[blocks.clone()],
+                blocks: &buffers.removed[blocks.clone()],
             },
             CopiedKind::Cleared => EventKindView::Cleared,
         };
@@ -163,9 +156,9 @@ mod tests {
 
     fn taken(batch: &mut Batch) -> Vec<Event> {
         let mut out = Vec::new();
-        batch.drain(|taken| match taken {
-            Taken::Copy(view) => out.push(view.to_event()),
-            Taken::Msg(_) => panic!("only copies were queued"),
+        batch.drain(|msg, buffers| match msg {
+            Msg::Copied(copied) => out.push(copied.view(buffers).to_event()),
+            _ => panic!("only copies were queued"),
         });
         out
     }
@@ -179,13 +172,22 @@ mod tests {
         assert_eq!(batch.len(), 6);
         assert_eq!(taken(&mut batch), events());
         assert!(batch.is_empty());
-        let room = (batch.stored.capacity(), batch.removed.capacity());
+        let room = (
+            batch.buffers.stored.capacity(),
+            batch.buffers.removed.capacity(),
+        );
         assert!(room.0 >= 5 && room.1 >= 3);
         // The second round fills the same room.
         for event in &events() {
             batch.copy(event.into());
         }
         assert_eq!(taken(&mut batch), events());
-        assert_eq!((batch.stored.capacity(), batch.removed.capacity()), room);
+        assert_eq!(
+            (
+                batch.buffers.stored.capacity(),
+                batch.buffers.removed.capacity()
+            ),
+            room
+        );
     }
 }

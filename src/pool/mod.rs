@@ -30,7 +30,7 @@ use crate::scores::OverlapScores;
 use crate::sync::Arc;
 use crate::sync::atomic::Ordering;
 use crate::types::{Event, EventView, LocalHash, Worker};
-use batch::{Batch, Copied, Taken};
+use batch::{Batch, Copied};
 use core::fmt;
 use std::thread::JoinHandle;
 
@@ -338,7 +338,7 @@ fn writer_loop<I: KvIndex + ?Sized>(index: &I, counters: &Counters, queue: &Inbo
     let mut flushes = Vec::new();
     while queue.take(&mut batch, &mut spent) {
         let mut taken = 0;
-        batch.drain(|msg| {
+        batch.drain(|msg, buffers| {
             taken += 1;
             if taken % YIELD_EVERY == 0 {
                 // A thread waiting for this core (a router's query, on a machine with fewer
@@ -346,15 +346,14 @@ fn writer_loop<I: KvIndex + ?Sized>(index: &I, counters: &Counters, queue: &Inbo
                 std::thread::yield_now();
             }
             match msg {
-                Taken::Copy(event) => counters.count(&index.apply_view(event)),
-                Taken::Msg(Msg::Event(event)) => {
+                Msg::Copied(copied) => counters.count(&index.apply_view(copied.view(buffers))),
+                Msg::Event(event) => {
                     counters.count(&index.apply(&event));
                     spent.push(event);
                 }
-                Taken::Msg(Msg::Copied(_)) => unreachable!("a batch hands copies out as views"),
-                Taken::Msg(Msg::RemoveWorker(id)) => index.remove_worker(id),
-                Taken::Msg(Msg::RemoveWorkerDpRank(worker)) => index.remove_worker_dp_rank(worker),
-                Taken::Msg(Msg::Flush(countdown)) => flushes.push(countdown),
+                Msg::RemoveWorker(id) => index.remove_worker(id),
+                Msg::RemoveWorkerDpRank(worker) => index.remove_worker_dp_rank(worker),
+                Msg::Flush(countdown) => flushes.push(countdown),
             }
         });
         if !flushes.is_empty() {
