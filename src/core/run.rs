@@ -19,8 +19,10 @@ use crate::types::{Block, LocalHash, SeqHash};
 use std::collections::BTreeSet;
 
 /// A run keeps the canonical hash of every `CHECKPOINT`-th reachable block; any other block's
-/// is rolled from the checkpoint before it, at most `CHECKPOINT - 1` steps of about a
-/// nanosecond.
+/// is folded from the checkpoint before it ([`Canon::extend`]: one product for the at most
+/// `CHECKPOINT - 1` blocks between). Stepped block by block, a new run under the middle of an
+/// old one cost up to 31 dependent products (3.9% of the positional layout's store and remove
+/// profile on Dynamo's workload, one thread).
 const CHECKPOINT: usize = 32;
 
 /// The canonical hashes a run keeps of blocks about to be attached (see [`Run::attached`]),
@@ -483,7 +485,7 @@ impl<H: Stretch> Run<H> {
         self.handles.stretches(base + 1, off + 1, |first, n| {
             // SAFETY: as in `locals`: these blocks are reachable, so their handles are live (I1).
             let locals = unsafe { layout.stretch_locals(first, n, guard) };
-            c = locals.iter().fold(c, |c, &local| canon.step(c, local));
+            c = canon.extend(c, locals);
         });
         Key {
             pos: self.pos0() + off as u32,
