@@ -23,7 +23,7 @@
 //! read side. The positional map is the default; `default-array` picks the array for routers that
 //! write more than they read, or want each checkpoint's map to stay small.
 
-use super::checkpoints::{self, NodeMap, STRIDE, node_map};
+use super::checkpoints::{self, NodeMap, STRIDE};
 use super::tree::{AsTree, Checkpoints, EdgeTree, NodePtr};
 use crate::index_core::{Indexer, JumpSearch, Key};
 use papaya::{Guard as _, LocalGuard};
@@ -92,7 +92,7 @@ impl<const DEPTH: usize> Default for CheckpointArray<DEPTH> {
         let slots = DEPTH.div_ceil(STRIDE as usize);
         Self {
             checkpoints: (0..slots).map(|_| OnceLock::new()).collect(),
-            overflow: node_map(Some(collector.clone())),
+            overflow: NodeMap::new(Some(collector.clone())),
             collector,
         }
     }
@@ -128,10 +128,10 @@ impl<const DEPTH: usize> Checkpoints for CheckpointArray<DEPTH> {
     fn insert(&self, key: Key, node: NodePtr, guard: &LocalGuard<'_>) {
         match self.cell(key.pos) {
             Some(cell) => {
-                let map = cell.get_or_init(|| node_map(Some(self.collector.clone())));
-                checkpoints::insert(map, key.canon, node, guard);
+                let map = cell.get_or_init(|| NodeMap::new(Some(self.collector.clone())));
+                map.insert(key.canon, node, guard);
             }
-            None => checkpoints::insert(&self.overflow, key, node, guard),
+            None => self.overflow.insert(key, node, guard),
         }
     }
 
@@ -139,18 +139,18 @@ impl<const DEPTH: usize> Checkpoints for CheckpointArray<DEPTH> {
         match self.cell(key.pos) {
             Some(cell) => {
                 if let Some(map) = cell.get() {
-                    checkpoints::remove(map, key.canon, node, guard);
+                    map.remove(key.canon, node, guard);
                 }
             }
-            None => checkpoints::remove(&self.overflow, key, node, guard),
+            None => self.overflow.remove(key, node, guard),
         }
     }
 
     #[inline]
     fn get(&self, key: Key, guard: &LocalGuard<'_>) -> Option<NodePtr> {
         match self.cell(key.pos) {
-            Some(cell) => cell.get()?.get(&key.canon, guard).copied(),
-            None => self.overflow.get(&key, guard).copied(),
+            Some(cell) => cell.get()?.get(&key.canon, guard),
+            None => self.overflow.get(&key, guard),
         }
     }
 

@@ -8,7 +8,7 @@
 //! query's local hashes are compared with an edge's contiguously. Reads are lock-free (papaya's
 //! guards for the map, the epoch for the nodes).
 
-use super::checkpoints::{self, NodeMap, STRIDE, node_map};
+use super::checkpoints::{NodeMap, STRIDE};
 use super::tree::{AsTree, Checkpoints, EdgeTree, NodePtr};
 use crate::index_core::{Indexer, JumpSearch, Key};
 use papaya::{Guard as _, LocalGuard};
@@ -86,7 +86,7 @@ impl<const S: u32> core::fmt::Debug for CheckpointMap<S> {
 impl<const S: u32> Default for CheckpointMap<S> {
     fn default() -> Self {
         Self {
-            map: node_map(None),
+            map: NodeMap::new(None),
         }
     }
 }
@@ -102,16 +102,16 @@ impl<const S: u32> Checkpoints for CheckpointMap<S> {
     }
 
     fn insert(&self, key: Key, node: NodePtr, guard: &LocalGuard<'_>) {
-        checkpoints::insert(&self.map, key, node, guard);
+        self.map.insert(key, node, guard);
     }
 
     fn remove(&self, key: Key, node: NodePtr, guard: &LocalGuard<'_>) {
-        checkpoints::remove(&self.map, key, node, guard);
+        self.map.remove(key, node, guard);
     }
 
     #[inline]
     fn get(&self, key: Key, guard: &LocalGuard<'_>) -> Option<NodePtr> {
-        self.map.get(&key, guard).copied()
+        self.map.get(&key, guard)
     }
 
     fn flush(&self) {

@@ -124,6 +124,14 @@ impl Keyed for Node {
 #[allow(unreachable_pub)] // Named by the sealed checkpoint index.
 pub struct NodePtr(pub(super) *const Node);
 
+#[cfg(test)]
+impl NodePtr {
+    /// A pointer that names no node, for tests of maps that store pointers and never read them.
+    pub(crate) fn fake(n: usize) -> Self {
+        Self(core::ptr::without_provenance(n * align_of::<Node>()))
+    }
+}
+
 // SAFETY: the pointee is shared between threads under the protocol of the module docs.
 unsafe impl Send for NodePtr {}
 // SAFETY: as above.
