@@ -107,11 +107,12 @@ enum Children {
 
 impl Keyed for Node {
     type Key = ChildKey;
-    /// The node (about two lines) and an edge of up to a stride of 64 blocks (eight), which
+    /// The node (about two lines) and the first 64 blocks of its edge (eight lines), which
     /// follows it, with a line of slack for where the node starts in its first line: a walk
     /// compares the edge right after it finds the child. Asked for together, they arrive in
     /// one wait (8 lines instead of 12 left the last ones to the stream prefetcher, after the
-    /// first had arrived: 10% on the Dynamo workload's p99).
+    /// first had arrived: 10% on the Dynamo workload's p99, whose edges were then 64 blocks).
+    /// A longer edge's rest is the stream prefetcher's.
     const LINES: usize = 12;
     fn key(&self) -> ChildKey {
         self.key

@@ -33,8 +33,9 @@ fn clmul_portable(a: u64, b: u64) -> u128 {
     })
 }
 
-/// The longest run of blocks [`Powers::fold`] takes in one step.
-pub(crate) const MAX_FOLD: usize = 64;
+/// The longest run of blocks [`Powers::roll`] folds into one step: one stride of the positional
+/// and array layouts' checkpoints, which cannot be longer.
+pub(crate) const MAX_FOLD: usize = 128;
 
 /// How this process multiplies: chosen once, when an index is built.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -45,7 +45,7 @@ use worker_table::{WorkerCell, WorkerTable};
 
 /// The jump of the search when none is configured, in positions.
 ///
-/// The jump search lands on checkpoints only (every 64 positions in the positional and array
+/// The jump search lands on checkpoints only (every 128 positions in the positional and array
 /// layouts), so a jump is rounded up to whole strides: 32 means one stride, after which the
 /// search gallops (doubling) while nobody drops. The radix layout walks and ignores it.
 pub const DEFAULT_JUMP: u32 = 32;

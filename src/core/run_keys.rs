@@ -1,7 +1,7 @@
 //! The keys of a run of blocks being attached, computed only where someone asks.
 //!
 //! A keyed layout needs the key of a block only where a new edge starts at one of its
-//! checkpoints (one block in 64), and the core keeps the canonical hash of a run's first block,
+//! checkpoints (one block in 128), and the core keeps the canonical hash of a run's first block,
 //! of every 32nd and of its last; salted twins and branching runs ask for a few more. Rolling
 //! every block's canonical hash one by one ([`Canon::children`]), with a product and a
 //! reduction a block and a 16-byte key written for each, was a tenth of the array and

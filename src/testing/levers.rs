@@ -54,7 +54,7 @@ impl CanonicalRoll {
         keys.last().map_or(0, |key| key.canon)
     }
 
-    /// The canonical hash of `query`'s last block, 64 blocks a dependent step (a stride of the
+    /// The canonical hash of `query`'s last block, 128 blocks a dependent step (a stride of the
     /// positional layout's checkpoints), with the search's marks written on the way (windows of
     /// its longest jump, 1,024 blocks).
     pub fn by_groups(&self, query: &[LocalHash]) -> u64 {
