@@ -34,13 +34,13 @@ pub struct Profile {
 }
 
 impl Profile {
-    /// Short chains crossing the jump boundaries up to 64, few workers, many collisions: the
-    /// profile that finds most bugs.
+    /// Short chains crossing the jump boundaries up to 128 (the real layouts' first checkpoint
+    /// after the root), few workers, many collisions: the profile that finds most bugs.
     pub fn adversarial() -> Self {
         Self {
             ids: 3,
             ranks: 2,
-            max_pos: 80,
+            max_pos: 144,
             steps: 48,
             cases: 512,
         }

@@ -7,12 +7,15 @@ use crate::types::{Block, Event, LocalHash, SeqHash, Worker};
 use std::collections::HashMap;
 
 /// Positions where paths fork and where ranges start or end most often: right before, at and
-/// after multiples of the common jump sizes 8, 16, 32 and 64.
-const BOUNDARIES: [u32; 16] = [0, 1, 2, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64, 65, 3];
+/// after multiples of the common jump sizes 8, 16, 32 and 64, and of 128, the positional and
+/// array layouts' checkpoint stride.
+const BOUNDARIES: [u32; 19] = [
+    0, 1, 2, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64, 65, 3, 127, 128, 129,
+];
 
 /// Number of paths. Path `p > 0` forks from path `p / 2` at `FORK[p]`.
 const PATHS: usize = 16;
-const FORK: [u32; PATHS] = [0, 8, 17, 16, 33, 7, 1, 64, 31, 63, 65, 15, 32, 9, 0, 2];
+const FORK: [u32; PATHS] = [0, 8, 17, 16, 33, 7, 1, 64, 31, 63, 65, 15, 32, 9, 128, 2];
 
 /// Maps abstract [`Step`]s to concrete [`Op`]s.
 ///
