@@ -127,4 +127,58 @@ mod tests {
         assert_eq!(tree.entries(), 0);
         assert!(tree.child(None, 0, LocalHash(1), &guard).is_none());
     }
+
+    #[test]
+    fn children_stay_reachable_from_one_to_a_table_and_back() {
+        // A node's children go from one in place to a sorted array (2 to 16) to a table and
+        // back as they come and go; every linked child must be found at every count.
+        let tree = RadixTree::default();
+        let guard = tree.guard();
+        let mut stem = Vec::new();
+        // SAFETY: I1 by hand: parents passed while their slot is in them; slots removed once.
+        unsafe {
+            tree.add_run(
+                None,
+                &RunKeys::listed(&keys(1)),
+                &blocks(&[1]),
+                0,
+                &guard,
+                &mut stem,
+            )
+        };
+        let node = tree.child(None, 0, LocalHash(1), &guard).expect("linked");
+        let reachable = |live: &[u64]| {
+            (100..140).all(|l| {
+                let found = tree.child(Some(node), 1, LocalHash(l), &guard).is_some();
+                found == live.contains(&l)
+            })
+        };
+        let mut forks = Vec::new();
+        for (slot, local) in (1..).zip(100..140u64) {
+            let mut handles = Vec::new();
+            // SAFETY: as above.
+            unsafe {
+                tree.add_run(
+                    Some(stem[0]),
+                    &RunKeys::listed(&keys(1)),
+                    &blocks(&[local]),
+                    slot,
+                    &guard,
+                    &mut handles,
+                )
+            };
+            forks.push((slot, local, handles));
+            let live: Vec<u64> = forks.iter().map(|f| f.1).collect();
+            assert!(reachable(&live), "after linking {} children", live.len());
+        }
+        // Out in an order that is neither the keys' nor the links'.
+        forks.sort_by_key(|f| (f.1 * 7) % 40);
+        while let Some((slot, _, handles)) = forks.pop() {
+            // SAFETY: as above.
+            unsafe { tree.remove_run(&keys(1), &handles, slot, &guard) };
+            let live: Vec<u64> = forks.iter().map(|f| f.1).collect();
+            assert!(reachable(&live), "after unlinking down to {}", live.len());
+        }
+        assert_eq!(tree.entries(), 1, "the stem alone");
+    }
 }
