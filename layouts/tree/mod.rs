@@ -139,11 +139,26 @@ impl Checkpoints for Unindexed {
     }
 }
 
-/// What a reader of an edge tree holds: an epoch pin for the nodes, and the index's guard.
+/// What a reader of an edge tree holds: an epoch pin for the nodes, and the index's guard,
+/// entered on the index's first use.
+///
+/// Most queries of the trace are shorter than a stride, and most writes create no checkpoint
+/// node: they never reach the index. Entering and leaving its guard (papaya's, a `seize`
+/// collector's) anyway was part of what the positional and array layouts' query p50 paid
+/// over the radix layout's.
 #[allow(unreachable_pub)] // Named by a public layout's sealed impls.
 pub struct TreeGuard<'a, I: Checkpoints> {
     epoch: Guard,
-    index: I::Guard<'a>,
+    index_of: &'a I,
+    index: core::cell::OnceCell<I::Guard<'a>>,
+}
+
+impl<'a, I: Checkpoints> TreeGuard<'a, I> {
+    /// The index's guard, entered now if it was not yet.
+    #[inline]
+    fn index(&self) -> &I::Guard<'a> {
+        self.index.get_or_init(|| self.index_of.guard())
+    }
 }
 
 impl<I: Checkpoints> core::fmt::Debug for TreeGuard<'_, I> {
@@ -221,7 +236,8 @@ impl<T: AsTree> Storage for T {
     fn guard(&self) -> TreeGuard<'_, T::Index> {
         TreeGuard {
             epoch: crossbeam_epoch::pin(),
-            index: self.tree().index.guard(),
+            index_of: &self.tree().index,
+            index: core::cell::OnceCell::new(),
         }
     }
 
@@ -315,7 +331,7 @@ impl<T: AsTree> Storage for T {
                     || at_checkpoint.then(|| keys.key(first)),
                     |child| {
                         if let Some(anchor) = child.anchor() {
-                            tree.index.insert(anchor, NodePtr(child), &guard.index);
+                            tree.index.insert(anchor, NodePtr(child), guard.index());
                         }
                     },
                     epoch,
@@ -348,7 +364,7 @@ impl<T: AsTree> Storage for T {
             debug_assert_eq!(last.off - handles[start].off, (end - 1 - start) as u32);
             let unindex = |node: &Node| {
                 if let Some(anchor) = node.anchor() {
-                    tree.index.remove(anchor, NodePtr(node), &guard.index);
+                    tree.index.remove(anchor, NodePtr(node), guard.index());
                 }
             };
             // SAFETY: the core removes a slot only from the nodes it added it to and has not
@@ -413,7 +429,7 @@ impl<T: AsTree> Checkpointed for T {
 
     #[inline]
     fn checkpoint<'g>(&'g self, key: Key, guard: &'g Self::Guard<'_>) -> Option<&'g Node> {
-        let node = self.tree().index.get(key, &guard.index)?;
+        let node = self.tree().index.get(key, guard.index())?;
         // SAFETY: a node is in the index only while linked, and leaves it before it is retired
         // (module docs); we are pinned by `guard.epoch`, so it stays allocated (I3).
         Some(unsafe { &*node.0 })

@@ -426,6 +426,11 @@ fn jump_search<L: Checkpointed>(
         return OverlapScores::new();
     };
     let n = u32::try_from(query.len()).unwrap_or(u32::MAX);
+    if n <= stride {
+        // No checkpoint past the root's to land on: the walk alone, with no window of marks
+        // set up and no hash rolled.
+        return walk(layout, names, query);
+    }
     // Pinned before any slot is read: slots are reused only after every pinned query ends.
     let names = names.pin();
     let guard = layout.guard();
