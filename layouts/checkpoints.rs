@@ -120,8 +120,10 @@ impl<K: Hash + Eq + Send + Sync + 'static> NodeMap<K> {
         }
     }
 
-    /// A guard of the map's collector.
+    /// A guard of the map's collector (the array layout's maps share one collector, and it
+    /// enters that instead).
     #[inline]
+    #[cfg_attr(not(feature = "positional"), allow(dead_code))]
     pub(crate) fn guard(&self) -> LocalGuard<'_> {
         self.map.guard()
     }
