@@ -144,9 +144,7 @@ impl<T: Keyed, S: BuildHasher + Clone> ChildTable<T, S> {
             if word.addr() & TAG_MASK == tag {
                 let child = word.map_addr(|a| a & !TAG_MASK);
                 if !child.is_null() {
-                    for line in 0..T::LINES {
-                        crate::prefetch::prefetch(child.cast::<u8>().wrapping_add(64 * line));
-                    }
+                    crate::prefetch::prefetch_lines(child, T::LINES);
                     // SAFETY: a child pointer in a slot was linked when loaded; the caller's
                     // pin keeps it allocated (see above).
                     if unsafe { &*child }.key() == key {

@@ -350,12 +350,9 @@ impl Node {
             Some(Children::Large(table)) => table.warm(key),
             Some(Children::Small(entries)) => crate::prefetch::prefetch(entries.as_ptr()),
             Some(Children::One(k, child)) if *k == key => {
-                for line in 0..<Node as Keyed>::LINES {
-                    crate::prefetch::prefetch(child.0.cast::<u8>().wrapping_add(64 * line));
-                }
+                crate::prefetch::prefetch_lines(child.0, <Node as Keyed>::LINES);
             }
-            Some(Children::One(..)) => {}
-            None => {}
+            Some(Children::One(..)) | None => {}
         }
     }
 
