@@ -1,11 +1,10 @@
 //! Fixed-depth position arrays: the edge tree (`tree/`) with its checkpoints indexed by one
-//! concurrent map per checkpoint for the first `DEPTH` positions, keyed by canonical hash
-//! alone, and one map keyed by (position, canonical hash) beyond them.
+//! table per checkpoint for the first `DEPTH` positions, and one overflow table beyond them.
 //!
 //! Compared with the [positional map](super::positional), a probe indexes an array by position
-//! instead of hashing it into one big key space, and each checkpoint's map is smaller. Positions
-//! at or beyond `DEPTH` go to the overflow map, so chains of any length stay exact. All maps
-//! share one `seize` collector, so one guard covers a whole query.
+//! before it hashes, and each checkpoint's table is smaller. Positions at or beyond `DEPTH` go
+//! to the overflow table, so chains of any length stay exact. Every table is reclaimed through
+//! the epoch that also keeps the nodes, so one pin covers a whole query.
 //!
 //! # When to pick it
 //!
@@ -23,11 +22,11 @@
 //! read side. The positional map is the default; `default-array` picks the array for routers that
 //! write more than they read, or want each checkpoint's map to stay small.
 
-use super::checkpoints::{self, NodeMap, STRIDE};
+use super::checkpoints::{NodeIndex, STRIDE};
 use super::tree::{AsTree, Checkpoints, EdgeTree, NodePtr};
 use crate::index_core::{Indexer, JumpSearch, Key};
-use papaya::{Guard as _, LocalGuard};
-use std::sync::{Arc, OnceLock}; // sync-shim: papaya takes a std Arc; loom has no OnceLock
+use crossbeam_epoch::Guard;
+use std::sync::OnceLock; // sync-shim: loom has no OnceLock
 
 /// The depth of [`ArrayIndexer`]: 1024 positions cover 64k tokens at block size 64 (16k at
 /// block size 16), the contexts of the traces this crate is measured on; deeper checkpoints
@@ -69,13 +68,12 @@ impl<const DEPTH: usize> AsTree for PositionArray<DEPTH> {
     }
 }
 
-/// One map per checkpoint below `DEPTH`, and an overflow map beyond.
+/// One table per checkpoint below `DEPTH`, and an overflow table beyond.
 #[allow(unreachable_pub)] // Named by a public layout's sealed impls.
 pub struct CheckpointArray<const DEPTH: usize> {
-    collector: Arc<seize::Collector>,
-    /// One map per checkpoint (position / [`STRIDE`]), created on its first entry.
-    checkpoints: Box<[OnceLock<NodeMap<u64>>]>,
-    overflow: NodeMap<Key>,
+    /// One table per checkpoint (position / [`STRIDE`]), created on its first entry.
+    checkpoints: Box<[OnceLock<NodeIndex>]>,
+    overflow: NodeIndex,
 }
 
 impl<const DEPTH: usize> core::fmt::Debug for CheckpointArray<DEPTH> {
@@ -88,19 +86,17 @@ impl<const DEPTH: usize> core::fmt::Debug for CheckpointArray<DEPTH> {
 
 impl<const DEPTH: usize> Default for CheckpointArray<DEPTH> {
     fn default() -> Self {
-        let collector = Arc::new(checkpoints::collector());
         let slots = DEPTH.div_ceil(STRIDE as usize);
         Self {
             checkpoints: (0..slots).map(|_| OnceLock::new()).collect(),
-            overflow: NodeMap::new(Some(collector.clone())),
-            collector,
+            overflow: NodeIndex::default(),
         }
     }
 }
 
 impl<const DEPTH: usize> CheckpointArray<DEPTH> {
-    /// The map of the checkpoint at `pos`, if it is in the array.
-    fn cell(&self, pos: u32) -> Option<&OnceLock<NodeMap<u64>>> {
+    /// The table of the checkpoint at `pos`, if it is in the array.
+    fn cell(&self, pos: u32) -> Option<&OnceLock<NodeIndex>> {
         self.checkpoints.get((pos / STRIDE) as usize)
     }
 
@@ -109,37 +105,28 @@ impl<const DEPTH: usize> CheckpointArray<DEPTH> {
         self.checkpoints
             .iter()
             .filter_map(OnceLock::get)
-            .map(|m| m.len())
+            .map(NodeIndex::len)
             .sum::<usize>()
             + self.overflow.len()
     }
 }
 
 impl<const DEPTH: usize> Checkpoints for CheckpointArray<DEPTH> {
-    type Guard<'a> = LocalGuard<'a>;
     type Search = JumpSearch;
     const STRIDE: u32 = STRIDE;
 
-    #[inline]
-    fn guard(&self) -> LocalGuard<'_> {
-        self.collector.enter()
-    }
-
-    fn insert(&self, key: Key, node: NodePtr, guard: &LocalGuard<'_>) {
+    fn insert(&self, key: Key, node: NodePtr, guard: &Guard) {
         match self.cell(key.pos) {
-            Some(cell) => {
-                let map = cell.get_or_init(|| NodeMap::new(Some(self.collector.clone())));
-                map.insert(key.canon, node, guard);
-            }
-            None => self.overflow.insert(key, node, guard),
+            Some(cell) => cell.get_or_init(NodeIndex::default).insert(node, guard),
+            None => self.overflow.insert(node, guard),
         }
     }
 
-    fn remove(&self, key: Key, node: NodePtr, guard: &LocalGuard<'_>) {
+    fn remove(&self, key: Key, node: NodePtr, guard: &Guard) {
         match self.cell(key.pos) {
             Some(cell) => {
-                if let Some(map) = cell.get() {
-                    map.remove(key.canon, node, guard);
+                if let Some(table) = cell.get() {
+                    table.remove(key, node, guard);
                 }
             }
             None => self.overflow.remove(key, node, guard),
@@ -147,16 +134,11 @@ impl<const DEPTH: usize> Checkpoints for CheckpointArray<DEPTH> {
     }
 
     #[inline]
-    fn get(&self, key: Key, guard: &LocalGuard<'_>) -> Option<NodePtr> {
+    fn get(&self, key: Key, guard: &Guard) -> Option<NodePtr> {
         match self.cell(key.pos) {
-            Some(cell) => cell.get()?.get(&key.canon, guard),
-            None => self.overflow.get(&key, guard),
+            Some(cell) => cell.get()?.get(key, guard),
+            None => self.overflow.get(key, guard),
         }
-    }
-
-    fn flush(&self) {
-        // One collector serves every map.
-        self.collector.enter().flush();
     }
 }
 

@@ -1,17 +1,17 @@
-//! The positional layout: the edge tree (`tree/`) with its checkpoints indexed in one `papaya`
-//! map keyed by (position, canonical hash).
+//! The positional layout: the edge tree (`tree/`) with its checkpoints indexed in one table
+//! keyed by (position, canonical hash).
 //!
 //! Every [`STRIDE`] positions, the block of any chain there is the first block of its node, and
-//! the map finds that node by the block's key: random access by position, which is what the
-//! core's jump search with binary scan-back needs. Keys exist only at checkpoints, one map
+//! the table finds that node by the block's key: random access by position, which is what the
+//! core's jump search with binary scan-back needs. Keys exist only at checkpoints, one table
 //! entry per distinct prefix there (not per block, nor per worker); between checkpoints a
-//! query's local hashes are compared with an edge's contiguously. Reads are lock-free (papaya's
-//! guards for the map, the epoch for the nodes).
+//! query's local hashes are compared with an edge's contiguously. Reads are lock-free: the
+//! table and the nodes are both reclaimed through the epoch (`tree/anchor_table.rs`).
 
-use super::checkpoints::{NodeMap, STRIDE};
+use super::checkpoints::{NodeIndex, STRIDE};
 use super::tree::{AsTree, Checkpoints, EdgeTree, NodePtr};
 use crate::index_core::{Indexer, JumpSearch, Key};
-use papaya::{Guard as _, LocalGuard};
+use crossbeam_epoch::Guard;
 
 /// The positional map layout: the edge tree with a concurrent map from each checkpoint's key
 /// (position, canonical hash) to its node; queries jump search it with binary scan-back.
@@ -69,10 +69,11 @@ impl AsTree for NarrowPositionalMap {
     }
 }
 
-/// One map of every checkpoint (every `S` positions), keyed by position and canonical hash.
+/// One table of every checkpoint (every `S` positions), keyed by position and canonical hash.
 #[allow(unreachable_pub)] // Named by a public layout's sealed impls.
+#[derive(Default)]
 pub struct CheckpointMap<const S: u32> {
-    map: NodeMap<Key>,
+    map: NodeIndex,
 }
 
 impl<const S: u32> core::fmt::Debug for CheckpointMap<S> {
@@ -83,39 +84,21 @@ impl<const S: u32> core::fmt::Debug for CheckpointMap<S> {
     }
 }
 
-impl<const S: u32> Default for CheckpointMap<S> {
-    fn default() -> Self {
-        Self {
-            map: NodeMap::new(None),
-        }
-    }
-}
-
 impl<const S: u32> Checkpoints for CheckpointMap<S> {
-    type Guard<'a> = LocalGuard<'a>;
     type Search = JumpSearch;
     const STRIDE: u32 = S;
 
-    #[inline]
-    fn guard(&self) -> LocalGuard<'_> {
-        self.map.guard()
+    fn insert(&self, _: Key, node: NodePtr, guard: &Guard) {
+        self.map.insert(node, guard);
     }
 
-    fn insert(&self, key: Key, node: NodePtr, guard: &LocalGuard<'_>) {
-        self.map.insert(key, node, guard);
-    }
-
-    fn remove(&self, key: Key, node: NodePtr, guard: &LocalGuard<'_>) {
+    fn remove(&self, key: Key, node: NodePtr, guard: &Guard) {
         self.map.remove(key, node, guard);
     }
 
     #[inline]
-    fn get(&self, key: Key, guard: &LocalGuard<'_>) -> Option<NodePtr> {
-        self.map.get(&key, guard)
-    }
-
-    fn flush(&self) {
-        self.map.guard().flush();
+    fn get(&self, key: Key, guard: &Guard) -> Option<NodePtr> {
+        self.map.get(key, guard)
     }
 }
 

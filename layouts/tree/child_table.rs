@@ -220,14 +220,15 @@ impl<T: Keyed, S: BuildHasher + Clone> ChildTable<T, S> {
     }
 }
 
-/// A child type and a hasher for the tests and the loom model.
+/// A child type and a hasher for the tests and the loom models (this table's and
+/// `anchor_table.rs`'s).
 #[cfg(test)]
-mod fixtures {
+pub(super) mod fixtures {
     use super::*;
 
     #[derive(Debug)]
     #[repr(align(8))]
-    pub(super) struct Child(pub(super) u64);
+    pub(in super::super) struct Child(pub(in super::super) u64);
 
     impl Keyed for Child {
         type Key = u64;
@@ -238,7 +239,7 @@ mod fixtures {
 
     /// A hasher that sends every key to the same few slots, so probes run long and wrap.
     #[derive(Clone, Default)]
-    pub(super) struct Crowded;
+    pub(in super::super) struct Crowded;
 
     impl BuildHasher for Crowded {
         type Hasher = CrowdedHasher;
@@ -247,7 +248,7 @@ mod fixtures {
         }
     }
 
-    pub(super) struct CrowdedHasher(u64);
+    pub(in super::super) struct CrowdedHasher(u64);
 
     impl std::hash::Hasher for CrowdedHasher {
         fn finish(&self) -> u64 {

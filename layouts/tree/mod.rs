@@ -32,10 +32,16 @@
 //! children, so memory follows the live state under any churn. The protocol and the
 //! invariants behind every `unsafe` block are in `node.rs`.
 
+#[cfg_attr(not(any(feature = "positional", feature = "array")), allow(dead_code))]
+mod anchor_table;
 pub(crate) mod child_table;
 pub(crate) mod graveyard;
 mod node;
 
+#[cfg(any(feature = "positional", feature = "array"))]
+pub(crate) use anchor_table::AnchorTable;
+#[cfg(any(feature = "positional", feature = "array"))]
+pub(crate) use node::Anchored;
 use node::ChildKey;
 pub(crate) use node::{Node, NodePtr, Spot};
 
@@ -84,11 +90,6 @@ fn mutated(guard: &Guard) {
 /// module docs), so an implementation is a concurrent map and nothing more.
 #[allow(unreachable_pub)] // Sealed: public in a private module, as the seam.
 pub trait Checkpoints: Default + Send + Sync + 'static {
-    /// Keeps what a reader of the index sees alive.
-    type Guard<'a>
-    where
-        Self: 'a;
-
     /// The core's search over a tree with this index.
     type Search: Search;
 
@@ -96,23 +97,16 @@ pub trait Checkpoints: Default + Send + Sync + 'static {
     /// query's rolled marks land on every checkpoint; 0 for a tree without an index.
     const STRIDE: u32;
 
-    /// Enters a read-side critical section.
-    fn guard(&self) -> Self::Guard<'_>;
-
-    /// Indexes `node` under `key`. Keeps the node already there if any: two live prefixes
-    /// with one canonical hash (see `canon.rs` for how unlikely) leave the second unindexed,
-    /// never a pointer that outlives its node.
-    fn insert(&self, key: Key, node: NodePtr, guard: &Self::Guard<'_>);
+    /// Indexes `node` under `key`, its anchor. Keeps the node already there if any: two live
+    /// prefixes with one canonical hash (see `canon.rs` for how unlikely) leave the second
+    /// unindexed, never a pointer that outlives its node.
+    fn insert(&self, key: Key, node: NodePtr, guard: &Guard);
 
     /// Drops `key` from the index if it names `node`.
-    fn remove(&self, key: Key, node: NodePtr, guard: &Self::Guard<'_>);
+    fn remove(&self, key: Key, node: NodePtr, guard: &Guard);
 
-    /// The node indexed under `key`.
-    fn get(&self, key: Key, guard: &Self::Guard<'_>) -> Option<NodePtr>;
-
-    /// Lets go of what this thread retired and still batches (see
-    /// [`Storage::flush_retired`]).
-    fn flush(&self) {}
+    /// The node indexed under `key`. The index is read under the same epoch pin as the nodes.
+    fn get(&self, key: Key, guard: &Guard) -> Option<NodePtr>;
 }
 
 /// No index: the radix tree, reached from its root only.
@@ -122,47 +116,17 @@ pub trait Checkpoints: Default + Send + Sync + 'static {
 pub struct Unindexed;
 
 impl Checkpoints for Unindexed {
-    type Guard<'a> = ();
     type Search = crate::index_core::Walk;
     const STRIDE: u32 = 0;
 
-    fn guard(&self) {}
-
-    fn insert(&self, _: Key, _: NodePtr, (): &()) {
+    fn insert(&self, _: Key, _: NodePtr, _: &Guard) {
         unreachable!("a tree without checkpoints indexes no node")
     }
 
-    fn remove(&self, _: Key, _: NodePtr, (): &()) {}
+    fn remove(&self, _: Key, _: NodePtr, _: &Guard) {}
 
-    fn get(&self, _: Key, (): &()) -> Option<NodePtr> {
+    fn get(&self, _: Key, _: &Guard) -> Option<NodePtr> {
         None
-    }
-}
-
-/// What a reader of an edge tree holds: an epoch pin for the nodes, and the index's guard,
-/// entered on the index's first use.
-///
-/// Most queries of the trace are shorter than a stride, and most writes create no checkpoint
-/// node: they never reach the index, and need not enter and leave its guard (papaya's, a
-/// `seize` collector's). What that saves was not measurable through this machine's noise.
-#[allow(unreachable_pub)] // Named by a public layout's sealed impls.
-pub struct TreeGuard<'a, I: Checkpoints> {
-    epoch: Guard,
-    index_of: &'a I,
-    index: core::cell::OnceCell<I::Guard<'a>>,
-}
-
-impl<'a, I: Checkpoints> TreeGuard<'a, I> {
-    /// The index's guard, entered now if it was not yet.
-    #[inline]
-    fn index(&self) -> &I::Guard<'a> {
-        self.index.get_or_init(|| self.index_of.guard())
-    }
-}
-
-impl<I: Checkpoints> core::fmt::Debug for TreeGuard<'_, I> {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.debug_struct("TreeGuard").finish_non_exhaustive()
     }
 }
 
@@ -225,19 +189,15 @@ pub trait AsTree: Default + Send + Sync + 'static {
 
 impl<T: AsTree> Storage for T {
     type Search = <T::Index as Checkpoints>::Search;
-    type Guard<'a> = TreeGuard<'a, T::Index>;
+    type Guard<'a> = Guard;
     type Handle = Spot;
     const KEYED: bool = T::Index::STRIDE > 0;
     /// A node keeps the key it is indexed under (`Node::anchor`), so a cut unindexes it alone.
     const KEYS_TO_REMOVE: bool = false;
 
     #[inline]
-    fn guard(&self) -> TreeGuard<'_, T::Index> {
-        TreeGuard {
-            epoch: crossbeam_epoch::pin(),
-            index_of: &self.tree().index,
-            index: core::cell::OnceCell::new(),
-        }
+    fn guard(&self) -> Guard {
+        crossbeam_epoch::pin()
     }
 
     unsafe fn add(
@@ -283,7 +243,7 @@ impl<T: AsTree> Storage for T {
         handles: &mut Vec<Spot>,
     ) -> usize {
         let tree = self.tree();
-        let epoch = &guard.epoch;
+        let epoch = guard;
         let (mut node, mut off) = match parent {
             // SAFETY: the core passes the handle of its worker's reachable parent block, so the
             // worker is in that node (I1).
@@ -330,7 +290,7 @@ impl<T: AsTree> Storage for T {
                     || at_checkpoint.then(|| keys.key(first)),
                     |child| {
                         if let Some(anchor) = child.anchor() {
-                            tree.index.insert(anchor, NodePtr(child), guard.index());
+                            tree.index.insert(anchor, NodePtr(child), guard);
                         }
                     },
                     epoch,
@@ -363,20 +323,17 @@ impl<T: AsTree> Storage for T {
             debug_assert_eq!(last.off - handles[start].off, (end - 1 - start) as u32);
             let unindex = |node: &Node| {
                 if let Some(anchor) = node.anchor() {
-                    tree.index.remove(anchor, NodePtr(node), guard.index());
+                    tree.index.remove(anchor, NodePtr(node), guard);
                 }
             };
             // SAFETY: the core removes a slot only from the nodes it added it to and has not
             // removed it from since, so the worker is in the node, holding up to `last` (I1);
             // `guard` pins the caller.
-            let unlinked = unsafe {
-                last.node()
-                    .cut(slot, handles[start].off, unindex, &guard.epoch)
-            };
+            let unlinked = unsafe { last.node().cut(slot, handles[start].off, unindex, guard) };
             if unlinked > 0 {
                 tree.nodes.fetch_sub(unlinked as u64, Ordering::Relaxed);
             }
-            mutated(&guard.epoch);
+            mutated(guard);
             end = start;
         }
     }
@@ -387,7 +344,6 @@ impl<T: AsTree> Storage for T {
 
     fn flush_retired(&self) {
         graveyard::flush(&crossbeam_epoch::pin());
-        self.tree().index.flush();
     }
 }
 
@@ -404,12 +360,12 @@ impl<T: AsTree> Tree for T {
     ) -> Option<&'g Node> {
         parent
             .unwrap_or(&self.tree().root)
-            .child(ChildKey { at, local }, &guard.epoch)
+            .child(ChildKey { at, local }, guard)
     }
 
     #[inline]
     fn warm_child(&self, parent: &Node, at: u32, local: LocalHash, guard: &Self::Guard<'_>) {
-        parent.warm_child(ChildKey { at, local }, &guard.epoch);
+        parent.warm_child(ChildKey { at, local }, guard);
     }
 
     #[inline]
@@ -419,7 +375,7 @@ impl<T: AsTree> Tree for T {
 
     #[inline]
     fn cover<'g>(&'g self, node: &'g Node, guard: &'g Self::Guard<'_>) -> Option<&'g Cover> {
-        node.cover(&guard.epoch)
+        node.cover(guard)
     }
 }
 
@@ -428,7 +384,7 @@ impl<T: AsTree> Checkpointed for T {
 
     #[inline]
     fn checkpoint<'g>(&'g self, key: Key, guard: &'g Self::Guard<'_>) -> Option<&'g Node> {
-        let node = self.tree().index.get(key, guard.index())?;
+        let node = self.tree().index.get(key, guard)?;
         // SAFETY: a node is in the index only while linked, and leaves it before it is retired
         // (module docs); we are pinned by `guard.epoch`, so it stays allocated (I3).
         Some(unsafe { &*node.0 })

@@ -123,17 +123,39 @@ impl Keyed for Node {
     }
 }
 
+/// A node as a checkpoint index holds it: keyed by its anchor (`anchor_table.rs`). Only nodes
+/// with an anchor are indexed.
+#[repr(transparent)]
+#[cfg_attr(not(any(feature = "positional", feature = "array")), allow(dead_code))]
+pub(crate) struct Anchored(Node);
+
+impl Keyed for Anchored {
+    type Key = Key;
+    /// A probe's node is read next as a walk's child is: its cover, then its edge.
+    const LINES: usize = <Node as Keyed>::LINES;
+    fn key(&self) -> Key {
+        self.0
+            .anchor
+            .expect("a checkpoint index holds only nodes with an anchor")
+    }
+}
+
 /// A node pointer stored where readers find nodes: in [`Children`], and in a layout's
 /// checkpoint index.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[allow(unreachable_pub)] // Named by the sealed checkpoint index.
 pub struct NodePtr(pub(super) *const Node);
 
-#[cfg(test)]
+#[cfg_attr(not(any(feature = "positional", feature = "array")), allow(dead_code))]
 impl NodePtr {
-    /// A pointer that names no node, for tests of maps that store pointers and never read them.
-    pub(crate) fn fake(n: usize) -> Self {
-        Self(core::ptr::without_provenance(n * align_of::<Node>()))
+    /// The node as a checkpoint index holds it.
+    pub(crate) fn anchored(self) -> *const Anchored {
+        self.0.cast()
+    }
+
+    /// The node a checkpoint index held.
+    pub(crate) fn from_anchored(node: *const Anchored) -> Self {
+        Self(node.cast())
     }
 }
 
@@ -607,7 +629,7 @@ impl Node {
 }
 
 /// Retires `old` (if any) through the epoch (freed on a writer's thread: `graveyard.rs`).
-fn retire<T: Send>(old: Shared<'_, T>, guard: &Guard) {
+pub(super) fn retire<T: Send>(old: Shared<'_, T>, guard: &Guard) {
     if !old.is_null() {
         // SAFETY: `old` was just swapped out of the only place that published it; readers
         // that loaded it are pinned, and it is freed after they unpin, by `free_owned::<T>`

@@ -204,9 +204,7 @@ pub(crate) mod seam {
         fn entries(&self) -> usize;
 
         /// Lets go of what this thread retired and still batches, so that it is freed once no
-        /// reader can see it, instead of when the batch fills up. For layouts whose reclamation
-        /// is per instance (papaya's collectors); crossbeam's epoch is global and flushed by
-        /// whoever runs `crossbeam_epoch::pin().flush()`.
+        /// reader can see it, instead of when the batch fills up.
         fn flush_retired(&self) {}
     }
 

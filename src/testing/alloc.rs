@@ -61,9 +61,9 @@ unsafe impl GlobalAlloc for CountingAlloc {
     }
 }
 
-/// Runs deferred frees of both reclamation schemes in use (crossbeam-epoch for the radix tree
-/// and worker slots, seize inside papaya) as far as this thread can push them, so that a memory
-/// reading is not inflated by garbage that is merely waiting for an epoch to pass.
+/// Runs deferred frees (crossbeam-epoch's, for the trees, their checkpoint indexes and the
+/// worker slots) as far as this thread can push them, so that a memory reading is not inflated
+/// by garbage that is merely waiting for an epoch to pass.
 pub fn collect_garbage() {
     flush_epochs(64);
 }
