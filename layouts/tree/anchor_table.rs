@@ -104,12 +104,10 @@ impl<T: Keyed + Send + Sync, S: BuildHasher + Clone + Send + Sync> AnchorTable<T
         let Some(table) = self.current(guard) else {
             return;
         };
-        // SAFETY: every entry of the table is live (the callers' contract).
-        if unsafe { table.get(key) } != Some(entry) {
+        if !table.remove_exact(key, entry) {
             // Never indexed: its key was taken (see `insert`).
             return;
         }
-        table.remove(key);
         if table.len() == 0 {
             self.publish(None, guard);
         } else if table.len() * 8 < table.capacity() {

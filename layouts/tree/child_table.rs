@@ -197,10 +197,23 @@ impl<T: Keyed, S: BuildHasher + Clone> ChildTable<T, S> {
 
     /// Tombstones the child at `key`; `false` if there is none. Caller: the writer.
     pub(crate) fn remove(&self, key: T::Key) -> bool {
+        self.remove_if(key, |_| true)
+    }
+
+    /// Tombstones the child at `key` if it is `child`; `false` otherwise. Caller: the writer.
+    #[cfg_attr(not(any(feature = "positional", feature = "array")), allow(dead_code))]
+    pub(crate) fn remove_exact(&self, key: T::Key, child: *const T) -> bool {
+        self.remove_if(key, |found| found == child)
+    }
+
+    fn remove_if(&self, key: T::Key, this: impl FnOnce(*const T) -> bool) -> bool {
         // SAFETY: the writer's table holds only live children.
-        let Some((at, _)) = (unsafe { self.find(key) }) else {
+        let Some((at, found)) = (unsafe { self.find(key) }) else {
             return false;
         };
+        if !this(found) {
+            return false;
+        }
         self.slots[at].store(tombstone(), Ordering::Release);
         self.live.fetch_sub(1, Ordering::Relaxed);
         true
