@@ -1,7 +1,8 @@
 //! What the checkpoint indexes of the positional and array layouts share: their stride, and a
-//! table of the nodes at checkpoints by key ([`NodeIndex`]) with its hasher.
+//! table of the checkpoints by key ([`NodeIndex`]) with its hasher.
 
-use super::tree::{AnchorTable, Anchored, NodePtr};
+use super::tree::child_table::Keyed;
+use super::tree::{Anchor, AnchorTable};
 use crate::index_core::Key;
 use core::hash::{BuildHasher, Hasher};
 use crossbeam_epoch::Guard;
@@ -65,10 +66,9 @@ impl BuildHasher for BuildKeyHasher {
     }
 }
 
-/// The nodes at checkpoints by key: an [`AnchorTable`] of the nodes themselves, each keyed by
-/// its anchor.
+/// The checkpoints by key: an [`AnchorTable`] of the nodes' anchors, each keyed by its own key.
 pub(crate) struct NodeIndex {
-    table: AnchorTable<Anchored, BuildKeyHasher>,
+    table: AnchorTable<Anchor, BuildKeyHasher>,
 }
 
 impl Default for NodeIndex {
@@ -80,11 +80,12 @@ impl Default for NodeIndex {
 }
 
 impl NodeIndex {
-    /// The node under `key`.
+    /// The anchor under `key`.
     #[inline]
-    pub(crate) fn get(&self, key: Key, guard: &Guard) -> Option<NodePtr> {
-        // SAFETY: the tree removes a node from its index before it retires it (`tree/mod.rs`).
-        unsafe { self.table.get(key, guard) }.map(NodePtr::from_anchored)
+    pub(crate) fn get(&self, key: Key, guard: &Guard) -> Option<*const Anchor> {
+        // SAFETY: the tree removes a node's anchors from its index before it retires the node,
+        // in whose allocation they are (`tree/mod.rs`).
+        unsafe { self.table.get(key, guard) }
     }
 
     /// Indexed keys.
@@ -92,16 +93,16 @@ impl NodeIndex {
         self.table.len(&crossbeam_epoch::pin())
     }
 
-    /// Indexes `node` under its anchor, keeping a node already there (see
+    /// Indexes `anchor` under its key, keeping an anchor already there (see
     /// [`Checkpoints::insert`](super::tree::Checkpoints::insert)).
-    pub(crate) fn insert(&self, node: NodePtr, guard: &Guard) {
-        // SAFETY: the tree indexes a node it has just linked, with its anchor, and removes it
-        // before it retires it (`tree/mod.rs`).
-        unsafe { self.table.insert(node.anchored(), guard) };
+    pub(crate) fn insert(&self, anchor: &Anchor, guard: &Guard) {
+        // SAFETY: the tree indexes the anchors of a node it has just linked, and removes them
+        // before it retires the node (`tree/mod.rs`).
+        unsafe { self.table.insert(anchor, guard) };
     }
 
-    /// Drops `key` if it names `node`.
-    pub(crate) fn remove(&self, key: Key, node: NodePtr, guard: &Guard) {
-        self.table.remove(key, node.anchored(), guard);
+    /// Drops `anchor`'s key if it names `anchor`.
+    pub(crate) fn remove(&self, anchor: &Anchor, guard: &Guard) {
+        self.table.remove(anchor.key(), anchor, guard);
     }
 }

@@ -20,14 +20,24 @@ fn run(locals: &[u64]) -> (Vec<Key>, Vec<LocalHash>) {
 /// Adds `slot` to the run `locals` from the root; returns its handles.
 fn add(tree: &RadixTree, locals: &[u64], slot: u32) -> Vec<<RadixTree as Storage>::Handle> {
     let (keys, blocks) = run(locals);
+    add_keyed(tree, &keys, &blocks, slot)
+}
+
+/// Adds `slot` to the run of `blocks` with `keys` from the root; returns its handles.
+fn add_keyed<S: Storage>(
+    tree: &S,
+    keys: &[Key],
+    blocks: &[LocalHash],
+    slot: u32,
+) -> Vec<S::Handle> {
     let guard = tree.guard();
     let mut handles = Vec::new();
     // SAFETY: the seam contract (I1) as kept by hand, see the top of the file.
     unsafe {
         tree.add_run(
             None,
-            &RunKeys::listed(&keys),
-            &blocks,
+            &RunKeys::listed(keys),
+            blocks,
             slot,
             &guard,
             &mut handles,
@@ -39,9 +49,14 @@ fn add(tree: &RadixTree, locals: &[u64], slot: u32) -> Vec<<RadixTree as Storage
 /// Removes `slot` from the blocks `handles`.
 fn remove(tree: &RadixTree, handles: &[<RadixTree as Storage>::Handle], slot: u32) {
     let (keys, _) = run(&vec![0; handles.len()]);
+    remove_keyed(tree, &keys, handles, slot);
+}
+
+/// Removes `slot` from the blocks `handles`, whose keys are `keys`.
+fn remove_keyed<S: Storage>(tree: &S, keys: &[Key], handles: &[S::Handle], slot: u32) {
     let guard = tree.guard();
     // SAFETY: the seam contract (I1) as kept by hand, see the top of the file.
-    unsafe { tree.remove_run(&keys, handles, slot, &guard) };
+    unsafe { tree.remove_run(keys, handles, slot, &guard) };
 }
 
 /// What `slot` holds of the edge starting with `local` under the root, and of its child at
@@ -160,6 +175,45 @@ fn radix_cover_upgrade_against_a_reader() {
         };
         add(&tree, &[3], 2);
         reader.join().unwrap();
+    });
+}
+
+/// A run longer than a stride is one edge with two anchors (positions 0 and 128). A reader
+/// probes the second while a writer adds the run and then removes it, unlinking the node and
+/// taking its anchors out of the index before retiring it: the reader finds nothing, or the
+/// node with the checkpoint at offset 128, whose cover it reads whole or not at all.
+#[test]
+#[cfg(feature = "positional")]
+fn positional_probe_lands_mid_edge_while_the_node_comes_and_goes() {
+    use crate::index_core::Checkpointed;
+    use crate::layouts::PositionalMap;
+    const LEN: u32 = 130;
+    let key = |pos: u32| Key {
+        pos,
+        canon: 1000 + u64::from(pos),
+    };
+    loom::model(move || {
+        let tree = Arc::new(PositionalMap::default());
+        let reader = {
+            let tree = tree.clone();
+            thread::spawn(move || {
+                let guard = tree.guard();
+                if let Some((node, off)) = tree.checkpoint(key(128), &guard) {
+                    assert_eq!(off, 128, "the checkpoint's offset in the edge");
+                    assert_eq!(tree.edge(node)[off as usize], LocalHash(128));
+                    let held = tree.cover(node, &guard).map_or(0, |c| c.cutoff(3));
+                    assert!(matches!(held, 0 | LEN), "{held}");
+                }
+            })
+        };
+        let keys: Vec<Key> = (0..LEN).map(key).collect();
+        let blocks: Vec<LocalHash> = (0..u64::from(LEN)).map(LocalHash).collect();
+        let handles = add_keyed(&*tree, &keys, &blocks, 3);
+        assert_eq!(tree.entries(), 1, "one edge, not cut at the checkpoint");
+        remove_keyed(&*tree, &keys, &handles, 3);
+        reader.join().unwrap();
+        assert_eq!(tree.entries(), 0);
+        assert!(tree.checkpoint(key(128), &tree.guard()).is_none());
     });
 }
 

@@ -23,7 +23,8 @@
 //! write more than they read, or want each checkpoint's map to stay small.
 
 use super::checkpoints::{NodeIndex, STRIDE};
-use super::tree::{AsTree, Checkpoints, EdgeTree, NodePtr};
+use super::tree::child_table::Keyed;
+use super::tree::{Anchor, AsTree, Checkpoints, EdgeTree};
 use crate::index_core::{Indexer, JumpSearch, Key};
 use crossbeam_epoch::Guard;
 use std::sync::OnceLock; // sync-shim: loom has no OnceLock
@@ -115,26 +116,26 @@ impl<const DEPTH: usize> Checkpoints for CheckpointArray<DEPTH> {
     type Search = JumpSearch;
     const STRIDE: u32 = STRIDE;
 
-    fn insert(&self, key: Key, node: NodePtr, guard: &Guard) {
-        match self.cell(key.pos) {
-            Some(cell) => cell.get_or_init(NodeIndex::default).insert(node, guard),
-            None => self.overflow.insert(node, guard),
+    fn insert(&self, anchor: &Anchor, guard: &Guard) {
+        match self.cell(anchor.key().pos) {
+            Some(cell) => cell.get_or_init(NodeIndex::default).insert(anchor, guard),
+            None => self.overflow.insert(anchor, guard),
         }
     }
 
-    fn remove(&self, key: Key, node: NodePtr, guard: &Guard) {
-        match self.cell(key.pos) {
+    fn remove(&self, anchor: &Anchor, guard: &Guard) {
+        match self.cell(anchor.key().pos) {
             Some(cell) => {
                 if let Some(table) = cell.get() {
-                    table.remove(key, node, guard);
+                    table.remove(anchor, guard);
                 }
             }
-            None => self.overflow.remove(key, node, guard),
+            None => self.overflow.remove(anchor, guard),
         }
     }
 
     #[inline]
-    fn get(&self, key: Key, guard: &Guard) -> Option<NodePtr> {
+    fn get(&self, key: Key, guard: &Guard) -> Option<*const Anchor> {
         match self.cell(key.pos) {
             Some(cell) => cell.get()?.get(key, guard),
             None => self.overflow.get(key, guard),
@@ -192,14 +193,15 @@ mod tests {
                 &mut handles,
             )
         };
-        // Edges stop at checkpoints: one node per stride, and one for the last three blocks.
-        assert_eq!(layout.entries(), 6);
+        // One edge for the run, anchored at each of its six checkpoints.
+        assert_eq!(layout.entries(), 1);
         assert_eq!(layout.tree.index().len(), 6);
         for pos in (0..n).step_by(STRIDE as usize) {
-            let node = layout.checkpoint(keys[pos], &guard).expect("indexed");
-            assert_eq!(layout.edge(node)[0], LocalHash(pos as u64));
+            let (node, off) = layout.checkpoint(keys[pos], &guard).expect("indexed");
+            assert_eq!(off as usize, pos);
+            assert_eq!(layout.edge(node)[off as usize], LocalHash(pos as u64));
             let held = layout.cover(node, &guard).map(|c| c.cutoff(5));
-            assert_eq!(held, Some(layout.edge(node).len() as u32));
+            assert_eq!(held, Some(n as u32));
         }
         let wrong = Key {
             pos: STRIDE,

@@ -1,20 +1,21 @@
 //! The positional layout: the edge tree (`tree/`) with its checkpoints indexed in one table
 //! keyed by (position, canonical hash).
 //!
-//! Every [`STRIDE`] positions, the block of any chain there is the first block of its node, and
-//! the table finds that node by the block's key: random access by position, which is what the
+//! Every [`STRIDE`] positions, the table finds the block of any chain there by its key, as the
+//! node whose edge holds it and its offset there: random access by position, which is what the
 //! core's jump search with binary scan-back needs. Keys exist only at checkpoints, one table
 //! entry per distinct prefix there (not per block, nor per worker); between checkpoints a
 //! query's local hashes are compared with an edge's contiguously. Reads are lock-free: the
 //! table and the nodes are both reclaimed through the epoch (`tree/anchor_table.rs`).
 
 use super::checkpoints::{NodeIndex, STRIDE};
-use super::tree::{AsTree, Checkpoints, EdgeTree, NodePtr};
+use super::tree::{Anchor, AsTree, Checkpoints, EdgeTree};
 use crate::index_core::{Indexer, JumpSearch, Key};
 use crossbeam_epoch::Guard;
 
 /// The positional map layout: the edge tree with a concurrent map from each checkpoint's key
-/// (position, canonical hash) to its node; queries jump search it with binary scan-back.
+/// (position, canonical hash) to its block (a node and an offset in its edge); queries jump
+/// search it with binary scan-back.
 #[derive(Default)]
 pub struct PositionalMap {
     tree: EdgeTree<CheckpointMap<STRIDE>>,
@@ -50,7 +51,7 @@ impl AsTree for PositionalMap {
 /// let w = Worker::new(0, 0);
 /// let blocks: Vec<Block> = (0..20).map(|i| Block::new(LocalHash(i), SeqHash(i))).collect();
 /// index.apply(&Event::stored(w, 0, None, blocks)).unwrap();
-/// assert_eq!(index.entries(), 3, "edges stop at positions 8 and 16");
+/// assert_eq!(index.entries(), 1, "one edge, anchored at positions 0, 8 and 16");
 /// let query: Vec<LocalHash> = (0..12).map(LocalHash).collect();
 /// assert_eq!(index.find_matches(&query).get(w), Some(12));
 /// ```
@@ -88,16 +89,16 @@ impl<const S: u32> Checkpoints for CheckpointMap<S> {
     type Search = JumpSearch;
     const STRIDE: u32 = S;
 
-    fn insert(&self, _: Key, node: NodePtr, guard: &Guard) {
-        self.map.insert(node, guard);
+    fn insert(&self, anchor: &Anchor, guard: &Guard) {
+        self.map.insert(anchor, guard);
     }
 
-    fn remove(&self, key: Key, node: NodePtr, guard: &Guard) {
-        self.map.remove(key, node, guard);
+    fn remove(&self, anchor: &Anchor, guard: &Guard) {
+        self.map.remove(anchor, guard);
     }
 
     #[inline]
-    fn get(&self, key: Key, guard: &Guard) -> Option<NodePtr> {
+    fn get(&self, key: Key, guard: &Guard) -> Option<*const Anchor> {
         self.map.get(key, guard)
     }
 }

@@ -204,8 +204,10 @@ mod loom_model {
             let table = Arc::new(AnchorTable::new(Crowded));
             {
                 let guard = crossbeam_epoch::pin();
-                // SAFETY: every entry outlives the table.
-                unsafe { [0, 1].map(|k| table.insert(ptr(k), &guard)) };
+                for k in [0, 1] {
+                    // SAFETY: every entry outlives the table.
+                    unsafe { table.insert(ptr(k), &guard) };
+                }
             }
             let writer = {
                 let (table, entries) = (table.clone(), entries.clone());

@@ -12,19 +12,26 @@
 //!
 //! # Checkpoints
 //!
-//! A layout with a checkpoint index ([`Checkpoints`] with a nonzero `STRIDE`) caps every edge
-//! at the next multiple of the stride, so the block at each checkpoint position `c * STRIDE`
-//! of any chain is the *first* block of its node; and it indexes exactly those nodes under the
-//! block's key (position, canonical hash of the prefix). A query then lands on any checkpoint
-//! of its own chain with one probe, without walking there: the core's jump search with binary
-//! scan-back runs over checkpoints, and the tree walk finishes the last few blocks. Keys exist
-//! only at checkpoints (one index entry per distinct prefix there, whatever the number of
-//! workers holding it), and between them the query's local hashes are compared with an edge's
-//! contiguously.
+//! A layout with a checkpoint index ([`Checkpoints`] with a nonzero `STRIDE`) indexes the block
+//! at each checkpoint position `c * STRIDE` of any chain under its key (position, canonical
+//! hash of the prefix): an [`Anchor`] in the node whose edge holds it names the node and the
+//! block's offset there. A query then lands on any checkpoint of its own chain with one probe,
+//! without walking there, in the middle of an edge as well as at its start: the core's jump
+//! search with binary scan-back runs over checkpoints, and the tree walk finishes the last few
+//! blocks. Keys exist only at checkpoints (one index entry per distinct prefix there, whatever
+//! the number of workers holding it), and between them the query's local hashes are compared
+//! with an edge's contiguously.
 //!
-//! A node enters the index when it is created, under its parent's lock, and leaves it when it
-//! is unlinked, under the same lock and before it is retired. So a node found in the index was
-//! linked when it was found, and stays allocated while the finder is pinned (I3 in `node.rs`).
+//! Edges are not cut at checkpoints: the keyed layouts' trees are the radix layout's, node for
+//! node, so a walk crosses no more nodes in them. Cutting every edge at each checkpoint, as
+//! the keyed layouts did before, made the node at a checkpoint start there and the index hold
+//! the nodes themselves, and cost the trace's deep queries a node (about 50-75 ns) per 128
+//! blocks: those matching 512 blocks and more took 1.4-1.7 times the radix layout's time.
+//!
+//! A node's anchors enter the index when it is created, under its parent's lock, and leave it
+//! when it is unlinked, under the same lock and before it is retired. So an anchor found in
+//! the index names a node that was linked when it was found, and that stays allocated while the
+//! finder is pinned (I3 in `node.rs`).
 //!
 //! Covers and children are read lock-free; writers lock a parent before its child, replace
 //! covers' membership and child arrays as a whole, change cutoffs in place, and retire what they
@@ -40,10 +47,9 @@ mod node;
 
 #[cfg(any(feature = "positional", feature = "array"))]
 pub(crate) use anchor_table::AnchorTable;
-#[cfg(any(feature = "positional", feature = "array"))]
-pub(crate) use node::Anchored;
+pub(crate) use node::Anchor;
 use node::ChildKey;
-pub(crate) use node::{Node, NodePtr, Spot};
+pub(crate) use node::{Node, Spot};
 
 use crate::index_core::{Checkpointed, Cover, Key, RunKeys, Search, Slot, Storage, Tree};
 use crate::sync::atomic::{AtomicU64, Ordering};
@@ -84,10 +90,10 @@ fn mutated(guard: &Guard) {
     }
 }
 
-/// Where a tree's checkpoint nodes are found by key.
+/// Where a tree's checkpoints are found by key.
 ///
-/// The index holds node pointers only; the tree decides what enters and leaves it (see the
-/// module docs), so an implementation is a concurrent map and nothing more.
+/// The index holds pointers to the nodes' [`Anchor`]s only; the tree decides what enters and
+/// leaves it (see the module docs), so an implementation is a concurrent map and nothing more.
 #[allow(unreachable_pub)] // Sealed: public in a private module, as the seam.
 pub trait Checkpoints: Default + Send + Sync + 'static {
     /// The core's search over a tree with this index.
@@ -97,16 +103,16 @@ pub trait Checkpoints: Default + Send + Sync + 'static {
     /// query's rolled marks land on every checkpoint; 0 for a tree without an index.
     const STRIDE: u32;
 
-    /// Indexes `node` under `key`, its anchor. Keeps the node already there if any: two live
+    /// Indexes `anchor` under its key. Keeps the anchor already there if any: two live
     /// prefixes with one canonical hash (see `canon.rs` for how unlikely) leave the second
     /// unindexed, never a pointer that outlives its node.
-    fn insert(&self, key: Key, node: NodePtr, guard: &Guard);
+    fn insert(&self, anchor: &Anchor, guard: &Guard);
 
-    /// Drops `key` from the index if it names `node`.
-    fn remove(&self, key: Key, node: NodePtr, guard: &Guard);
+    /// Drops `anchor`'s key from the index if it names `anchor`.
+    fn remove(&self, anchor: &Anchor, guard: &Guard);
 
-    /// The node indexed under `key`. The index is read under the same epoch pin as the nodes.
-    fn get(&self, key: Key, guard: &Guard) -> Option<NodePtr>;
+    /// The anchor indexed under `key`. The index is read under the same epoch pin as the nodes.
+    fn get(&self, key: Key, guard: &Guard) -> Option<*const Anchor>;
 }
 
 /// No index: the radix tree, reached from its root only.
@@ -119,13 +125,13 @@ impl Checkpoints for Unindexed {
     type Search = crate::index_core::Walk;
     const STRIDE: u32 = 0;
 
-    fn insert(&self, _: Key, _: NodePtr, _: &Guard) {
-        unreachable!("a tree without checkpoints indexes no node")
+    fn insert(&self, _: &Anchor, _: &Guard) {
+        unreachable!("a tree without checkpoints has no anchor")
     }
 
-    fn remove(&self, _: Key, _: NodePtr, _: &Guard) {}
+    fn remove(&self, _: &Anchor, _: &Guard) {}
 
-    fn get(&self, _: Key, _: &Guard) -> Option<NodePtr> {
+    fn get(&self, _: Key, _: &Guard) -> Option<*const Anchor> {
         None
     }
 }
@@ -192,7 +198,7 @@ impl<T: AsTree> Storage for T {
     type Guard<'a> = Guard;
     type Handle = Spot;
     const KEYED: bool = T::Index::STRIDE > 0;
-    /// A node keeps the key it is indexed under (`Node::anchor`), so a cut unindexes it alone.
+    /// A node keeps the keys it is indexed under (`Node::anchors`), so a cut unindexes it alone.
     const KEYS_TO_REMOVE: bool = false;
 
     #[inline]
@@ -272,25 +278,18 @@ impl<T: AsTree> Storage for T {
                     at: off,
                     local: *first,
                 };
-                // A new edge stops at the next checkpoint; one starting at a checkpoint is
-                // indexed under its first block's key.
+                // A new edge takes the rest of the run, and is indexed under the key of each
+                // checkpoint it holds.
                 let first = locals.len() - rest.len();
-                let (cap, at_checkpoint) = match T::Index::STRIDE {
-                    0 => (rest.len(), false),
-                    stride => {
-                        let into = keys.pos(first) % stride;
-                        (rest.len().min((stride - into) as usize), into == 0)
-                    }
-                };
                 let (child, to, old, created) = node.enter_child(
                     key,
                     slot,
                     |edge| follow(edge, rest),
-                    &rest[..cap],
-                    || at_checkpoint.then(|| keys.key(first)),
+                    rest,
+                    || checkpoints(T::Index::STRIDE, keys, first, rest.len()),
                     |child| {
-                        if let Some(anchor) = child.anchor() {
-                            tree.index.insert(anchor, NodePtr(child), guard);
+                        for anchor in child.anchors() {
+                            tree.index.insert(anchor, guard);
                         }
                     },
                     epoch,
@@ -322,8 +321,8 @@ impl<T: AsTree> Storage for T {
             }
             debug_assert_eq!(last.off - handles[start].off, (end - 1 - start) as u32);
             let unindex = |node: &Node| {
-                if let Some(anchor) = node.anchor() {
-                    tree.index.remove(anchor, NodePtr(node), guard);
+                for anchor in node.anchors() {
+                    tree.index.remove(anchor, guard);
                 }
             };
             // SAFETY: the core removes a slot only from the nodes it added it to and has not
@@ -383,12 +382,38 @@ impl<T: AsTree> Checkpointed for T {
     const STRIDE: u32 = T::Index::STRIDE;
 
     #[inline]
-    fn checkpoint<'g>(&'g self, key: Key, guard: &'g Self::Guard<'_>) -> Option<&'g Node> {
-        let node = self.tree().index.get(key, guard)?;
-        // SAFETY: a node is in the index only while linked, and leaves it before it is retired
-        // (module docs); we are pinned by `guard.epoch`, so it stays allocated (I3).
-        Some(unsafe { &*node.0 })
+    fn checkpoint<'g>(&'g self, key: Key, guard: &'g Self::Guard<'_>) -> Option<(&'g Node, u32)> {
+        let anchor = self.tree().index.get(key, guard)?;
+        // SAFETY: an anchor is in the index only while its node is linked, and leaves it
+        // before the node is retired (module docs); we are pinned by `guard`, so the node and
+        // the anchor in its allocation stay allocated (I3).
+        Some(unsafe { (*anchor).node() })
     }
+}
+
+/// The checkpoints among the `len` blocks of `keys` from block `first`, every `stride`
+/// positions (none when `stride` is 0): each one's offset from `first`, and its key.
+fn checkpoints<'k>(
+    stride: u32,
+    keys: &'k RunKeys<'_>,
+    first: usize,
+    len: usize,
+) -> impl ExactSizeIterator<Item = (u32, Key)> + 'k {
+    let (start, len) = (keys.pos(first), len as u32);
+    // The first checkpoint at or after `start`, as an offset from it.
+    let (lead, count) = match stride {
+        0 => (0, 0),
+        stride => {
+            let lead = (stride - start % stride) % stride;
+            (lead, len.saturating_sub(lead).div_ceil(stride))
+        }
+    };
+    (0..count).map(move |k| {
+        let off = lead + k * stride;
+        let key = keys.key(first + off as usize);
+        debug_assert_eq!(key.pos, start + off, "a run's positions are consecutive");
+        (off, key)
+    })
 }
 
 /// How many of `locals` follow `edge` from its start.

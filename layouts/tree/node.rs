@@ -80,10 +80,10 @@ pub struct Node {
     first: Option<Cover>,
     /// Null when there are none.
     children: Atomic<Children>,
-    /// The key of the edge's first block when that block sits at a checkpoint of a layout
-    /// that indexes them (`mod.rs`): the node is in the layout's checkpoint index under it
-    /// while linked.
-    anchor: Option<Key>,
+    /// How many checkpoints of a layout that indexes them (`mod.rs`) the edge holds: their
+    /// [`Anchor`]s follow the edge in the node's allocation, and are in the layout's
+    /// checkpoint index while the node is linked.
+    anchors: u32,
     /// Writers' lock over the node; what it guards is whether the node is unlinked.
     unlinked: Mutex<bool>,
 }
@@ -99,9 +99,8 @@ impl std::fmt::Debug for Node {
 
 /// A node's children. Changed only under the node's lock; read lock-free.
 enum Children {
-    /// One child, in place: most nodes of a chain have one (and every node an edge cut at a
-    /// checkpoint does), and a walk then reaches the child in one miss fewer than through a
-    /// boxed array.
+    /// One child, in place: most nodes of a chain have one, and a walk then reaches the child
+    /// in one miss fewer than through a boxed array.
     One(ChildKey, NodePtr),
     /// Two to [`SMALL`] children sorted by key, replaced as a whole on every change.
     Small(Box<[(ChildKey, NodePtr)]>),
@@ -123,41 +122,59 @@ impl Keyed for Node {
     }
 }
 
-/// A node as a checkpoint index holds it: keyed by its anchor (`anchor_table.rs`). Only nodes
-/// with an anchor are indexed.
-#[repr(transparent)]
-#[cfg_attr(not(any(feature = "positional", feature = "array")), allow(dead_code))]
-pub(crate) struct Anchored(Node);
-
-impl Keyed for Anchored {
-    type Key = Key;
-    /// A probe's node is read next as a walk's child is: its cover, then its edge.
-    const LINES: usize = <Node as Keyed>::LINES;
-    fn key(&self) -> Key {
-        self.0
-            .anchor
-            .expect("a checkpoint index holds only nodes with an anchor")
-    }
-}
-
-/// A node pointer stored where readers find nodes: in [`Children`], and in a layout's
-/// checkpoint index.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// A checkpoint inside a node's edge, as the layout's checkpoint index holds it
+/// (`anchor_table.rs`): the key of the block at offset `off` (its position and the canonical
+/// hash of its prefix), and the node.
+///
+/// A node's anchors follow its edge in its allocation, written once when it is created, so an
+/// anchor lives exactly as long as its node: the tree takes them out of the index before it
+/// retires the node (`mod.rs`). An edge is never cut at a checkpoint: a node holds as many
+/// anchors as its edge crosses checkpoints, and a query lands in the middle of an edge as well
+/// as at its start.
+#[derive(Debug)]
 #[allow(unreachable_pub)] // Named by the sealed checkpoint index.
-pub struct NodePtr(pub(super) *const Node);
+pub struct Anchor {
+    canon: u64,
+    node: *const Node,
+    pos: u32,
+    off: u32,
+}
 
-#[cfg_attr(not(any(feature = "positional", feature = "array")), allow(dead_code))]
-impl NodePtr {
-    /// The node as a checkpoint index holds it.
-    pub(crate) fn anchored(self) -> *const Anchored {
-        self.0.cast()
-    }
-
-    /// The node a checkpoint index held.
-    pub(crate) fn from_anchored(node: *const Anchored) -> Self {
-        Self(node.cast())
+impl Keyed for Anchor {
+    type Key = Key;
+    /// The anchor alone: the node it names is asked for by the search once it has it.
+    const LINES: usize = 1;
+    fn key(&self) -> Key {
+        Key {
+            pos: self.pos,
+            canon: self.canon,
+        }
     }
 }
+
+#[cfg_attr(not(any(feature = "positional", feature = "array")), allow(dead_code))]
+impl Anchor {
+    /// The node whose edge holds the checkpoint, and the checkpoint's offset in it.
+    ///
+    /// # Safety
+    /// The anchor was found where it is published (the checkpoint index) by a caller pinned
+    /// since: it leaves the index before its node is retired, so the node is allocated while
+    /// the pin lasts (I3).
+    pub(crate) unsafe fn node<'g>(&self) -> (&'g Node, u32) {
+        // SAFETY: the caller's contract.
+        (unsafe { &*self.node }, self.off)
+    }
+}
+
+// SAFETY: written once before the node is published, then only read; the node it names is
+// shared under the protocol of the module docs.
+unsafe impl Send for Anchor {}
+// SAFETY: as above.
+unsafe impl Sync for Anchor {}
+
+/// A node pointer stored where readers find a node's children ([`Children`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct NodePtr(pub(super) *const Node);
 
 // SAFETY: the pointee is shared between threads under the protocol of the module docs.
 unsafe impl Send for NodePtr {}
@@ -265,30 +282,34 @@ impl Node {
             cover: Atomic::null(),
             first: None,
             children: Atomic::null(),
-            anchor: None,
+            anchors: 0,
             unlinked: Mutex::new(false),
         }
     }
 
-    /// The layout of a node whose edge has `len` blocks, and where in it the edge starts.
-    fn layout(len: usize) -> (Layout, usize) {
-        let edge = Layout::array::<LocalHash>(len).expect("an edge fits in memory");
-        let (layout, at) = Layout::new::<Node>()
-            .extend(edge)
-            .expect("an edge fits in memory");
-        (layout.pad_to_align(), at)
+    /// The layout of a node whose edge has `len` blocks and crosses `anchors` checkpoints,
+    /// where in it the edge starts, and how far past the edge's start its anchors start.
+    fn layout(len: usize, anchors: usize) -> (Layout, usize, usize) {
+        const FITS: &str = "an edge fits in memory";
+        let edge = Layout::array::<LocalHash>(len).expect(FITS);
+        let (layout, at) = Layout::new::<Node>().extend(edge).expect(FITS);
+        let anchored = Layout::array::<Anchor>(anchors).expect(FITS);
+        let (layout, anchors_at) = layout.extend(anchored).expect(FITS);
+        (layout.pad_to_align(), at, anchors_at - at)
     }
 
-    /// Allocates a node with its edge after it and `cover` in place; free it with
-    /// [`destroy`](Self::destroy).
+    /// Allocates a node with its edge after it, `cover` in place, and an [`Anchor`] after the
+    /// edge for each of `anchors` (the offset of a checkpoint in the edge, and its key); free it
+    /// with [`destroy`](Self::destroy).
     fn create(
         edge: &[LocalHash],
         key: ChildKey,
         parent: *const Node,
         cover: Cover,
-        anchor: Option<Key>,
+        anchors: impl ExactSizeIterator<Item = (u32, Key)>,
     ) -> *const Node {
-        let (layout, at) = Self::layout(edge.len());
+        let count = anchors.len();
+        let (layout, at, anchors_at) = Self::layout(edge.len(), count);
         // SAFETY: the layout has a nonzero size (it holds a node).
         let base = unsafe { alloc::alloc(layout) };
         if base.is_null() {
@@ -296,11 +317,25 @@ impl Node {
         }
         let node = base.cast::<Node>();
         // SAFETY: `base` is a fresh allocation of `layout`: a node at its start, `edge.len()`
-        // local hashes from `at`, both aligned (Layout::extend); the node's pointers are made
-        // from `base`, so they may reach the whole allocation.
+        // local hashes from `at`, then `count` anchors, all aligned (Layout::extend); the
+        // node's pointers are made from `base`, so they may reach the whole allocation.
         unsafe {
             let blocks = base.add(at).cast::<LocalHash>();
             blocks.copy_from_nonoverlapping(edge.as_ptr(), edge.len());
+            let anchored = base.add(at + anchors_at).cast::<Anchor>();
+            let mut written = 0;
+            for (off, key) in anchors.take(count) {
+                debug_assert!((off as usize) < edge.len(), "a checkpoint in the edge");
+                anchored.add(written).write(Anchor {
+                    canon: key.canon,
+                    node,
+                    pos: key.pos,
+                    off,
+                });
+                written += 1;
+            }
+            // Every anchor the node will read is written (before the node, which names them).
+            assert_eq!(written, count, "the anchors' iterator yields its length");
             node.write(Self {
                 edge: blocks,
                 len: edge.len() as u32,
@@ -309,7 +344,7 @@ impl Node {
                 cover: Atomic::null(),
                 first: Some(cover),
                 children: Atomic::null(),
-                anchor,
+                anchors: count as u32,
                 unlinked: Mutex::new(false),
             });
             let first = std::ptr::addr_of!((*node).first).cast::<Cover>();
@@ -326,7 +361,7 @@ impl Node {
     unsafe fn destroy(node: *const Node) {
         // SAFETY: made by `create` with this length, reachable by nobody (the caller).
         unsafe {
-            let (layout, _) = Self::layout((*node).len as usize);
+            let (layout, ..) = Self::layout((*node).len as usize, (*node).anchors as usize);
             std::ptr::drop_in_place(node.cast_mut());
             alloc::dealloc(node.cast_mut().cast(), layout);
         }
@@ -339,9 +374,18 @@ impl Node {
             .map_or(std::ptr::null(), std::ptr::from_ref)
     }
 
-    /// The checkpoint key the node is indexed under, if any.
-    pub(super) fn anchor(&self) -> Option<Key> {
-        self.anchor
+    /// The checkpoints the edge holds, under which the node is indexed while linked.
+    pub(super) fn anchors(&self) -> &[Anchor] {
+        if self.anchors == 0 {
+            return &[];
+        }
+        let (_, _, anchors_at) = Self::layout(self.len as usize, self.anchors as usize);
+        // SAFETY: `create` wrote `anchors` anchors `anchors_at` bytes past the edge's start,
+        // in the allocation `edge` was made from; never written after, freed with the node.
+        unsafe {
+            let first = self.edge.cast::<u8>().add(anchors_at).cast::<Anchor>();
+            std::slice::from_raw_parts(first, self.anchors as usize)
+        }
     }
 
     pub(super) fn is_root(&self) -> bool {
@@ -494,19 +538,20 @@ impl Node {
     }
 
     /// Adds `slot` to the child of `self` at `key`, holding `follow(child's edge)` blocks of it;
-    /// creates the child, with edge `edge` and checkpoint key `anchor()`, when there is none,
+    /// creates the child, with edge `edge` and the checkpoints `anchors()` (offsets in the edge
+    /// and keys), when there is none,
     /// and then calls `index(child)` before anyone else can reach it through `self` (under
     /// `self`'s lock, so that a writer that finds the child finds it indexed too). Returns the
     /// child, how many blocks `slot` holds there now, the cutoff it had there before, and
     /// whether the child was created. `self` holds `slot` (I1), or is the root.
     #[allow(clippy::too_many_arguments)] // Each closure is one decision of the caller's.
-    pub(super) fn enter_child<'g>(
+    pub(super) fn enter_child<'g, A: ExactSizeIterator<Item = (u32, Key)>>(
         &'g self,
         key: ChildKey,
         slot: Slot,
         follow: impl FnOnce(&[LocalHash]) -> u32,
         edge: &[LocalHash],
-        anchor: impl FnOnce() -> Option<Key>,
+        anchors: impl FnOnce() -> A,
         index: impl FnOnce(&'g Node),
         guard: &'g Guard,
     ) -> (&'g Node, u32, u32, bool) {
@@ -529,7 +574,7 @@ impl Node {
             None => {
                 // The edge is copied once, into the node's own allocation.
                 let held = edge.len() as u32;
-                let child = Node::create(edge, key, self, Cover::one(slot, held), anchor());
+                let child = Node::create(edge, key, self, Cover::one(slot, held), anchors());
                 self.link(key, child, guard);
                 // SAFETY: just allocated and linked; it stays allocated while we are pinned (I3).
                 let child = unsafe { &*child };

@@ -150,6 +150,22 @@ impl<F: FnMut(Slot, u32)> Drops for F {
     }
 }
 
+/// Collects the workers [`Cover::keep`] drops into a set (they come in ascending words).
+struct Collect<'a>(&'a mut SlotSet);
+
+impl Drops for Collect<'_> {
+    #[inline]
+    fn one(&mut self, slot: Slot, _: u32) {
+        let (word, bit) = Word::of(slot);
+        self.0.push_bits(word, bit);
+    }
+
+    #[inline]
+    fn word(&mut self, word: u32, bits: u64, _: u32) {
+        self.0.push_bits(word, bits);
+    }
+}
+
 /// What a change could not do in place: publish this cover (`None`: no workers left) in the
 /// node, then retire the old one.
 pub(super) type Replacement = Option<Cover>;
@@ -320,6 +336,19 @@ impl Cover {
             }
             Cover::Wide(wide) => set.split_off(|w| wide.bits_of(w.word).0),
         }
+    }
+
+    /// Splits `set` into those holding at least `m` blocks (left in `set`) and the others
+    /// (returned): [`keep`](Self::keep), with the others collected instead of scored, so at
+    /// the same cost.
+    #[inline]
+    pub(crate) fn split_off_short(&self, set: &mut SlotSet, m: u32) -> SlotSet {
+        if m <= 1 {
+            return self.split_off_absent(set);
+        }
+        let mut short = SlotSet::default();
+        self.keep(set, m, Collect(&mut short));
+        short
     }
 
     /// Raises `slot`'s cutoff to `to` if it is lower (adding `slot`); returns the cutoff before.

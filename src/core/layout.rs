@@ -267,16 +267,21 @@ pub(crate) mod seam {
         ) -> Option<&'g Cover>;
     }
 
-    /// A tree that also finds nodes by key at checkpoints: every `STRIDE` positions, the block
-    /// of any chain there is the first of its node, and [`checkpoint`](Self::checkpoint) finds
-    /// that node by the block's key. The core's jump search lands on checkpoints with it.
+    /// A tree that also finds blocks by key at checkpoints: every `STRIDE` positions,
+    /// [`checkpoint`](Self::checkpoint) finds the block of any chain there by its key, as the
+    /// node whose edge holds it and its offset in that edge. The core's jump search lands on
+    /// checkpoints with it.
     pub trait Checkpointed: Tree {
         /// Positions between checkpoints (a multiple of the canonical roll's lanes); 0 when
         /// the tree indexes none.
         const STRIDE: u32;
 
-        /// The node whose edge starts with the block at `key` (a checkpoint position).
-        fn checkpoint<'g>(&'g self, key: Key, guard: &'g Self::Guard<'_>)
-        -> Option<&'g Self::Node>;
+        /// The node whose edge holds the block at `key` (a checkpoint position), and the
+        /// block's offset in the edge.
+        fn checkpoint<'g>(
+            &'g self,
+            key: Key,
+            guard: &'g Self::Guard<'_>,
+        ) -> Option<(&'g Self::Node, u32)>;
     }
 }

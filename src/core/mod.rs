@@ -47,7 +47,8 @@ use worker_table::{WorkerCell, WorkerTable};
 ///
 /// The jump search lands on checkpoints only (every 128 positions in the positional and array
 /// layouts), so a jump is rounded up to whole strides: 32 means one stride, after which the
-/// search gallops (doubling) while nobody drops. The radix layout walks and ignores it.
+/// search gallops (doubling) while nobody drops and the path goes through several nodes. The
+/// radix layout walks and ignores it.
 pub const DEFAULT_JUMP: u32 = 32;
 
 /// An exact index over storage layout `L`.

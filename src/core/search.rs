@@ -1,13 +1,13 @@
 //! The core's searches: a walk from the root for tree layouts ([`Tree`]), and jump search with
 //! binary scan-back for trees that index their checkpoints ([`Checkpointed`]).
 //!
-//! By the reachable-only invariant (`held.rs`), a worker in a node holds the whole path to
-//! it. With checkpoints every `S` positions (the first block of a node at each, `tree/`), the
-//! workers in the query's node at checkpoint `c` are a subset of those at checkpoint `c - S`.
-//! So:
+//! By the reachable-only invariant (`held.rs`), a worker holding a block holds the whole path
+//! to it. With checkpoints every `S` positions (`tree/`: the block of any chain there is found
+//! by its key, as a node and an offset in its edge), the workers holding the query's block at
+//! checkpoint `c` are a subset of those holding it at checkpoint `c - S`. So:
 //! 1. Start with the workers of the node at position 0 (the *active* set).
-//! 2. Jump `J` positions ahead (a multiple of `S`) and look up the node at that checkpoint by
-//!    its key. Workers still in it held every block in between: nothing to check for them.
+//! 2. Jump `J` positions ahead (a multiple of `S`) and look up the block at that checkpoint by
+//!    its key. Workers still holding it held every block in between: nothing to check for them.
 //!    (One stride ahead, the walk goes there instead, along the tree's links, which is cheaper
 //!    than a probe and scores on the way the workers that stop before the landing.)
 //! 3. Each dropped worker's last checkpoint lies in the skipped range: binary search over its
@@ -17,6 +17,13 @@
 //!    the walk finishes it, comparing the query's local hashes with the edges contiguously.
 //! 5. After a landing where nobody dropped, the next jump doubles (up to 1,024 positions); a
 //!    drop returns it to `J`. Long shared prefixes then cost about `log2 D + D / 1024` probes.
+//!
+//! A probe pays only where a walk would hop from node to node ([`HOPS_TO_GALLOP`]): along
+//! long edges, comparing the query with an edge costs less than rolling its canonical hashes.
+//! So at the default jump (one stride) the search walks its first stride, and goes on
+//! jumping only if that walk went down to a few nodes; otherwise it walks on to the last
+//! checkpoint in one leg, as the radix layout's walk does. A configured jump of more than one
+//! stride always probes.
 //!
 //! A query of depth `D` costs at most about `D / J` probes, plus its canonical hashes at the
 //! checkpoints: rolled a stride of blocks to a dependent step (`canon.rs`), each checkpoint one
@@ -44,6 +51,21 @@ use crate::types::LocalHash;
 
 /// The largest jump a search can be configured with.
 pub const MAX_JUMP: u32 = 256;
+
+/// How many nodes a stride a walk must go down to before the search jumps ahead with probes
+/// instead of walking on (at the default jump).
+///
+/// A probe waits on two misses (the index's slot, then the anchor) after rolling the skipped
+/// blocks' canonical hashes, which costs more a block than comparing them with an edge; a walk
+/// waits on about one miss a node. So a probe pays where the walk hops nodes, and along long
+/// edges it does not. With edges no longer cut at checkpoints, on the Mooncake trace (replayed
+/// on one thread, each variant interleaved with the radix layout, 8 rounds) the positional
+/// layout's queries matching 512 blocks or more took 1.49 times the radix layout's time
+/// probing after every stride nobody left, 1.07-1.14 times probing only after strides that
+/// went down to 2 nodes or more, and 1.09 times (the array layout's 1.05) walking on to the
+/// last checkpoint in one leg where they did not; the p99.9 was 1.33, 1.07-1.09 and 1.10
+/// (1.00) times the radix layout's.
+const HOPS_TO_GALLOP: u32 = 2;
 
 /// The largest jump a gallop reaches: past it, a long shared prefix costs one probe per
 /// `MAX_GALLOP` blocks (and the window of marks on the stack grows with it).
@@ -111,38 +133,45 @@ impl<'a, L: Checkpointed> ScanBack<'a, '_, L> {
         }
     }
 
-    /// Splits `set` into the workers in `node` (left in `set`; `None`: nobody) and the others
-    /// (returned).
-    fn split(&self, node: Option<&'a L::Node>, set: &mut SlotSet) -> SlotSet {
-        match node.and_then(|n| self.walker.layout.cover(n, self.walker.guard)) {
-            Some(cover) => cover.split_off_absent(set),
+    /// The block at the checkpoint `key`, found by its key (with its lines asked for).
+    fn probe(&self, key: Key) -> Option<Block<'a, L::Node>> {
+        let (layout, guard) = (self.walker.layout, self.walker.guard);
+        let (node, off) = layout.checkpoint(key, guard)?;
+        let block = Block { node, off };
+        warm(layout, block, guard);
+        Some(block)
+    }
+
+    /// Splits `set` into the workers holding `block` (left in `set`; `None`: nobody) and the
+    /// others (returned).
+    fn split(&self, block: Option<Block<'a, L::Node>>, set: &mut SlotSet) -> SlotSet {
+        let (layout, guard) = (self.walker.layout, self.walker.guard);
+        match block.and_then(|b| Some((b.off, layout.cover(b.node, guard)?))) {
+            Some((off, cover)) => cover.split_off_short(set, off + 1),
             None => std::mem::take(set),
         }
     }
 
-    /// `set` were in `lo_node`, the node at checkpoint `lo`, and not at checkpoint `hi`: find
-    /// each one's last checkpoint, then its depth past it.
-    fn scan_back(&mut self, mut set: SlotSet, lo: u32, lo_node: &'a L::Node, hi: u32) {
+    /// `set` held `lo_block`, the query's block at checkpoint `lo`, and not its block at
+    /// checkpoint `hi`: find each one's last checkpoint, then its depth past it.
+    fn scan_back(&mut self, mut set: SlotSet, lo: u32, lo_block: Block<'a, L::Node>, hi: u32) {
         if set.is_empty() {
             return;
         }
         if hi - lo == L::STRIDE {
             let end = hi.min(self.walker.query.len() as u32);
             self.walker
-                .descend(lo_node, lo, end, &mut set, &mut self.scores);
+                .descend(lo_block, lo, end, &mut set, &mut self.scores);
             return;
         }
         let mid = lo + (hi - lo) / L::STRIDE / 2 * L::STRIDE;
-        let node = self
-            .walker
-            .layout
-            .checkpoint(self.key_at(mid), self.walker.guard);
+        let block = self.probe(self.key_at(mid));
         // Split a word at a time: those present at `mid` go on from there.
-        let absent = self.split(node, &mut set);
-        if let Some(node) = node {
-            self.scan_back(set, mid, node, hi);
+        let absent = self.split(block, &mut set);
+        if let Some(block) = block {
+            self.scan_back(set, mid, block, hi);
         }
-        self.scan_back(absent, lo, lo_node, mid);
+        self.scan_back(absent, lo, lo_block, mid);
     }
 }
 
@@ -195,15 +224,31 @@ fn walk<L: Tree>(layout: &L, names: &Names, query: &[LocalHash]) -> OverlapScore
         names: &names,
         query,
     };
-    walker.descend(node, 0, end, &mut active, &mut scores);
+    walker.descend(Block { node, off: 0 }, 0, end, &mut active, &mut scores);
     scores
 }
 
-/// Where a walk stopped: in `node`, `off` blocks into its edge, at position `pos` of the query.
+/// A block of the tree: the node whose edge holds it, and its offset in the edge.
+struct Block<'g, N> {
+    node: &'g N,
+    off: u32,
+}
+
+impl<N> Clone for Block<'_, N> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<N> Copy for Block<'_, N> {}
+
+/// Where a walk stopped: in `node`, `off` blocks into its edge, at position `pos` of the query,
+/// after going down to a child `hops` times.
 struct Reached<'g, N> {
     node: &'g N,
     off: u32,
     pos: u32,
+    hops: u32,
 }
 
 /// What a walk down the tree reads: the layout, pinned, the workers' names and the query.
@@ -215,46 +260,47 @@ struct Walker<'a, 'g, L: Tree> {
 }
 
 impl<'a, L: Tree> Walker<'a, '_, L> {
-    /// Scores `set`, workers that held the query up to `base` and are in `node` (whose edge
-    /// starts at `base`), walking down from there to position `end` at most; the workers still
-    /// holding the query where the walk stopped are scored there.
+    /// Scores `set`, workers that hold the query's block at `pos`, which is `from`, walking
+    /// down from there to position `end` at most; the workers still holding the query where
+    /// the walk stopped are scored there.
     fn descend(
         &self,
-        node: &'a L::Node,
-        base: u32,
+        from: Block<'a, L::Node>,
+        pos: u32,
         end: u32,
         set: &mut SlotSet,
         scores: &mut OverlapScores,
     ) {
-        let at = self.narrow(node, base, end, set, scores);
+        let at = self.narrow(from, pos, end, set, scores);
         self.score_all(set, at.pos, scores);
     }
 
-    /// Walks from `node` (whose edge starts at `base`) to the node whose edge starts at the
-    /// checkpoint `hi`, scoring whoever stops before it. Returns that node (`None`: the query
-    /// leaves the tree first, and everyone is scored), and leaves in `set` the workers in it.
+    /// Walks from `from`, the query's block at `pos`, to its block at the checkpoint `hi`,
+    /// scoring whoever stops before it. Returns that block (`None`: the query leaves the tree
+    /// first, and everyone is scored) and how many nodes the walk went down to on the way,
+    /// and leaves in `set` the workers holding the block.
     fn land(
         &self,
-        node: &'a L::Node,
-        base: u32,
+        from: Block<'a, L::Node>,
+        pos: u32,
         hi: u32,
         set: &mut SlotSet,
         scores: &mut OverlapScores,
-    ) -> Option<&'a L::Node> {
-        let at = self.narrow(node, base, hi, set, scores);
-        if set.is_empty() || at.pos < hi {
+    ) -> (Option<Block<'a, L::Node>>, u32) {
+        // Through the block at `hi`: the walk keeps exactly those holding it.
+        let end = hi + 1;
+        let at = self.narrow(from, pos, end, set, scores);
+        if set.is_empty() || at.pos < end {
             self.score_all(set, at.pos, scores);
             set.clear();
-            return None;
+            return (None, at.hops);
         }
-        let (layout, guard) = (self.layout, self.guard);
-        let landing = layout.child(Some(at.node), at.off, self.query[hi as usize], guard);
-        if let Some(landing) = landing {
-            warm(layout, landing, guard);
-        }
-        let cover = landing.and_then(|n| layout.cover(n, guard));
-        self.keep(cover, set, 1, hi, scores);
-        landing
+        // The walk compared at least the block at `hi` in the node it stopped in.
+        let block = Block {
+            node: at.node,
+            off: at.off - 1,
+        };
+        (Some(block), at.hops)
     }
 
     /// Keeps in `set` those holding at least `m` blocks of `cover` (`None`: nobody), scoring
@@ -294,49 +340,62 @@ impl<'a, L: Tree> Walker<'a, '_, L> {
         }
     }
 
-    /// Walks down from `node` (whose edge starts at `base`) towards position `end`, keeping in
-    /// `set` the workers that still hold the query and scoring the others: at a node whose
-    /// edge the query follows for `m` blocks, a worker holding `c < m` of it stops at `c`, and
-    /// the others go on to the child where the query leaves the edge. Every reported depth is
-    /// `base + c` for a cutoff `c` read from a node the worker was in: at that instant it held
-    /// the whole path to there (the core adds shallowest first and removes deepest first), so
-    /// no phantom. Stops at `end`, where no worker is left, or where the tree has no child
-    /// that continues the query.
+    /// Walks down from `from`, the query's block at `pos`, towards position `end`, keeping in
+    /// `set` (workers holding `from`) the workers that still hold the query and scoring the
+    /// others: at a node whose edge the query follows up to offset `m`, a worker holding
+    /// `c < m` blocks of it stops at `c`, and the others go on to the child where the query
+    /// leaves the edge. Every reported depth is `base + c` (`base`: the position of the
+    /// edge's start) for a cutoff `c` read from a node the worker was in: at that instant it
+    /// held the whole path to there (the core adds shallowest first and removes deepest
+    /// first), so no phantom. Stops at `end`, where no worker is left, or where the tree has no
+    /// child that continues the query.
     fn narrow(
         &self,
-        mut node: &'a L::Node,
-        mut base: u32,
+        from: Block<'a, L::Node>,
+        mut pos: u32,
         end: u32,
         set: &mut SlotSet,
         scores: &mut OverlapScores,
     ) -> Reached<'a, L::Node> {
         let (layout, guard, query) = (self.layout, self.guard, self.query);
+        let Block { mut node, mut off } = from;
+        let mut hops = 0;
         loop {
             let edge = layout.edge(node);
+            let base = pos - off;
             // Where the query goes next if it follows the whole edge (as a hit does): that
             // child's slot loads while the edge and the workers here are compared.
             if let Some(&next) = query.get(base as usize + edge.len()) {
                 layout.warm_child(node, edge.len() as u32, next, guard);
             }
-            let rest = &query[base as usize..end as usize];
-            let m = common_prefix(edge, rest) as u32;
+            let rest = &query[pos as usize..end as usize];
+            let m = off + common_prefix(&edge[off as usize..], rest) as u32;
             self.keep(layout.cover(node, guard), set, m, base, scores);
             let reached = Reached {
                 node,
                 off: m,
                 pos: base + m,
+                hops,
             };
             if set.is_empty() || reached.pos >= end {
                 return reached;
             }
             match layout.child(Some(node), m, query[reached.pos as usize], guard) {
                 Some(child) => {
-                    warm(layout, child, guard);
-                    node = child;
+                    warm(
+                        layout,
+                        Block {
+                            node: child,
+                            off: 0,
+                        },
+                        guard,
+                    );
+                    (node, off) = (child, 0);
+                    hops += 1;
                 }
                 None => return reached,
             }
-            base = reached.pos;
+            pos = reached.pos;
         }
     }
 }
@@ -365,19 +424,20 @@ impl Drops for Scorer<'_, '_> {
     }
 }
 
-/// Asks for `node`'s edge and cover before the walk reads them, so that their misses overlap
-/// instead of adding up: a cover that replaced the node's first one lives in its own
-/// allocation, and a node found in a sorted child array or the checkpoint index has not had
-/// its lines asked for (one found in a child table has: `child_table.rs`).
+/// Asks for the edge from `block` on and the node's cover before the walk reads them, so that
+/// their misses overlap instead of adding up: a cover that replaced the node's first one lives
+/// in its own allocation, and a node found in a sorted child array or the checkpoint index has
+/// not had its lines asked for (one found in a child table has: `child_table.rs`).
 #[inline]
-fn warm<L: Tree>(layout: &L, node: &L::Node, guard: &L::Guard<'_>) {
+fn warm<L: Tree>(layout: &L, block: Block<'_, L::Node>, guard: &L::Guard<'_>) {
     /// The edge's first lines: the hardware's stream prefetcher takes over from there.
     const LINES: usize = 4;
     const PER_LINE: usize = 64 / size_of::<LocalHash>();
-    for line in layout.edge(node).chunks(PER_LINE).take(LINES) {
+    let edge = &layout.edge(block.node)[block.off as usize..];
+    for line in edge.chunks(PER_LINE).take(LINES) {
         prefetch(line.as_ptr());
     }
-    if let Some(cover) = layout.cover(node, guard) {
+    if let Some(cover) = layout.cover(block.node, guard) {
         prefetch(std::ptr::from_ref(cover));
     }
 }
@@ -449,12 +509,13 @@ fn jump_search<L: Checkpointed>(
         scores: OverlapScores::new(),
     };
     // Position 0 is the root's child: the tree finds it without a probe.
-    let Some(mut lo_node) = layout.child(None, 0, first, &guard) else {
+    let Some(node) = layout.child(None, 0, first, &guard) else {
         return search.scores;
     };
-    let Some(cover) = layout.cover(lo_node, &guard) else {
+    let Some(cover) = layout.cover(node, &guard) else {
         return search.scores;
     };
+    let mut lo_block = Block { node, off: 0 };
     let mut active = cover.members();
     search.scores = OverlapScores::with_capacity(active.len());
     let gallop = MAX_GALLOP.min(MAX_WINDOW * stride);
@@ -462,24 +523,35 @@ fn jump_search<L: Checkpointed>(
     let last = (n - 1) / stride * stride;
     let mut jump = base_jump;
     let mut lo = 0u32;
+    // Whether the search jumps with probes: asked for by a configured jump of more than one
+    // stride, and otherwise only once a walk went down to `HOPS_TO_GALLOP` nodes a stride or
+    // more. Along long edges a walk is cheaper than any probe, and it goes on to the last
+    // checkpoint in one leg.
+    let mut probing = base_jump > stride;
     while !active.is_empty() && lo < last {
-        let hi = (lo + jump).min(last);
+        let hi = match probing || lo == 0 {
+            true => (lo + jump).min(last),
+            false => last,
+        };
         let before = active.len();
-        let node = if hi - lo == stride {
-            // One stride ahead, the tree's own links reach the node: its parent's children are
-            // warm from the last landing, where a probe of the index would miss twice (bucket,
-            // then entry). The walk there scores whoever stops on the way, so nobody is left
-            // to scan back.
-            search
-                .walker
-                .land(lo_node, lo, hi, &mut active, &mut search.scores)
+        let landing = if hi - lo == stride || !probing {
+            // One stride ahead, or along long edges, the tree's own links reach the block:
+            // the edge is warm from the last landing, where a probe of the index would miss
+            // twice (slot, then anchor) after rolling every block in between. The walk there
+            // scores whoever stops on the way, so nobody is left to scan back.
+            let (landing, hops) =
+                search
+                    .walker
+                    .land(lo_block, lo, hi, &mut active, &mut search.scores);
+            probing = base_jump > stride || hops * stride >= HOPS_TO_GALLOP * (hi - lo);
+            landing
         } else {
-            // Further, one probe replaces a hop per stride.
+            // Further, through many nodes, one probe replaces the walk.
             let key = search.slide(lo, hi);
-            let node = layout.checkpoint(key, &guard);
-            let dropped = search.split(node, &mut active);
-            search.scan_back(dropped, lo, lo_node, hi);
-            node
+            let landing = search.probe(key);
+            let dropped = search.split(landing, &mut active);
+            search.scan_back(dropped, lo, lo_block, hi);
+            landing
         };
         // Gallop: a landing where nobody dropped doubles the next jump (long shared prefixes
         // cost about log2(D) + D / MAX_GALLOP probes); a drop returns to the configured jump.
@@ -488,8 +560,8 @@ fn jump_search<L: Checkpointed>(
         } else {
             base_jump
         };
-        match node {
-            Some(node) if !active.is_empty() => lo_node = node,
+        match landing {
+            Some(landing) if !active.is_empty() => lo_block = landing,
             _ => break,
         }
         lo = hi;
@@ -498,7 +570,7 @@ fn jump_search<L: Checkpointed>(
         let end = (lo + stride).min(n);
         search
             .walker
-            .descend(lo_node, lo, end, &mut active, &mut search.scores);
+            .descend(lo_block, lo, end, &mut active, &mut search.scores);
     }
     search.scores
 }

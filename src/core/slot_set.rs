@@ -103,6 +103,21 @@ impl SlotSet {
         absent
     }
 
+    /// Adds the slots `bits` of word `word`, which is no lower than any word of the set.
+    #[inline]
+    pub(crate) fn push_bits(&mut self, word: u32, bits: u64) {
+        if bits == 0 {
+            return;
+        }
+        match self.words.last_mut() {
+            Some(last) if last.word == word => last.bits |= bits,
+            last => {
+                debug_assert!(last.is_none_or(|l| l.word < word), "words pushed in order");
+                self.words.push(Word { word, bits });
+            }
+        }
+    }
+
     /// Every slot, ascending.
     #[cfg(test)]
     pub(crate) fn iter(&self) -> impl Iterator<Item = Slot> + '_ {
