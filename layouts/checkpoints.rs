@@ -9,9 +9,9 @@ use crossbeam_epoch::Guard;
 
 /// Positions between two checkpoints of the positional and array layouts.
 ///
-/// A longer stride means fewer index entries and probes, fewer nodes cut where no chain
-/// branches, and a longer walk (at most `STRIDE - 1` blocks compared contiguously) to finish
-/// each drained worker. At 64, the Mooncake trace's deep queries (several hundred to 1,500
+/// A longer stride means fewer index entries and probes, and a longer walk (at most
+/// `STRIDE - 1` blocks compared contiguously) to finish each drained worker. When edges were
+/// still cut at checkpoints, at 64 the Mooncake trace's deep queries (several hundred to 1,500
 /// blocks matched) crossed a node every 64 blocks, and the trace's query p99 and p99.9 were
 /// about 1.8 times the radix layout's (one thread, replayed directly: p99 2.2-2.4 us against
 /// 1.0-1.3, p99.9 3.4-4.0 against 1.7-2.1); at 128 (the longest run the canonical hash folds

@@ -119,3 +119,38 @@ impl<const S: u32> Checkpoints for CheckpointMap<S> {
 /// ```
 #[cfg_attr(not(feature = "positional"), allow(dead_code, unreachable_pub))]
 pub type PositionalIndexer = Indexer<PositionalMap>;
+
+#[cfg(all(test, feature = "testing"))]
+mod tests {
+    use super::*;
+    use crate::{Block, Event, KvIndex, LocalHash, NaiveIndexer, SeqHash, Worker};
+
+    /// A chain stored two blocks an event is a node every two blocks: the search's first stride
+    /// (8 positions here) goes down to 3 nodes, so it probes on from there, and a worker that
+    /// holds the chain up to a checkpoint exactly (its cutoff one past the landing's offset) is
+    /// still at that checkpoint, not one before it.
+    #[test]
+    fn a_search_through_short_nodes_probes_and_keeps_who_holds_the_checkpoint() {
+        let index = Indexer::<NarrowPositionalMap>::with_jump(1);
+        let reference = NaiveIndexer::default();
+        let block = |i: u64| Block::new(LocalHash(i), SeqHash(1000 + i));
+        let (a, b) = (Worker::new(1, 0), Worker::new(2, 0));
+        let mut events = Vec::new();
+        for (worker, len) in [(a, 64_u64), (b, 41)] {
+            for (id, start) in (0..len).step_by(2).enumerate() {
+                let parent = start.checked_sub(1).map(|p| SeqHash(1000 + p));
+                let blocks = (start..(start + 2).min(len)).map(block).collect();
+                events.push(Event::stored(worker, id as u64, parent, blocks));
+            }
+        }
+        for event in &events {
+            index.apply(event).unwrap();
+            reference.apply(event).unwrap();
+        }
+        assert_eq!(index.entries(), 32, "a node every two blocks");
+        let query: Vec<LocalHash> = (0..64).map(LocalHash).collect();
+        let scores = index.find_matches(&query);
+        assert_eq!((scores.get(a), scores.get(b)), (Some(64), Some(41)));
+        assert_eq!(scores, reference.find_matches(&query));
+    }
+}
