@@ -1,5 +1,5 @@
 //! What the checkpoint indexes of the positional and array layouts share: their stride, and a
-//! table of the checkpoints by key ([`NodeIndex`]) with its hasher.
+//! table of the checkpoints by key ([`AnchorIndex`]) with its hasher.
 
 use super::tree::child_table::Keyed;
 use super::tree::{Anchor, AnchorTable};
@@ -67,11 +67,11 @@ impl BuildHasher for BuildKeyHasher {
 }
 
 /// The checkpoints by key: an [`AnchorTable`] of the nodes' anchors, each keyed by its own key.
-pub(crate) struct NodeIndex {
+pub(crate) struct AnchorIndex {
     table: AnchorTable<Anchor, BuildKeyHasher>,
 }
 
-impl Default for NodeIndex {
+impl Default for AnchorIndex {
     fn default() -> Self {
         Self {
             table: AnchorTable::new(BuildKeyHasher),
@@ -79,7 +79,7 @@ impl Default for NodeIndex {
     }
 }
 
-impl NodeIndex {
+impl AnchorIndex {
     /// The anchor under `key`.
     #[inline]
     pub(crate) fn get(&self, key: Key, guard: &Guard) -> Option<*const Anchor> {

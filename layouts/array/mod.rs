@@ -22,7 +22,7 @@
 //! read side. The positional map is the default; `default-array` picks the array for routers that
 //! write more than they read, or want each checkpoint's map to stay small.
 
-use super::checkpoints::{NodeIndex, STRIDE};
+use super::checkpoints::{AnchorIndex, STRIDE};
 use super::tree::child_table::Keyed;
 use super::tree::{Anchor, AsTree, Checkpoints, EdgeTree};
 use crate::index_core::{Indexer, JumpSearch, Key};
@@ -73,8 +73,8 @@ impl<const DEPTH: usize> AsTree for PositionArray<DEPTH> {
 #[allow(unreachable_pub)] // Named by a public layout's sealed impls.
 pub struct CheckpointArray<const DEPTH: usize> {
     /// One table per checkpoint (position / [`STRIDE`]), created on its first entry.
-    checkpoints: Box<[OnceLock<NodeIndex>]>,
-    overflow: NodeIndex,
+    checkpoints: Box<[OnceLock<AnchorIndex>]>,
+    overflow: AnchorIndex,
 }
 
 impl<const DEPTH: usize> core::fmt::Debug for CheckpointArray<DEPTH> {
@@ -90,14 +90,14 @@ impl<const DEPTH: usize> Default for CheckpointArray<DEPTH> {
         let slots = DEPTH.div_ceil(STRIDE as usize);
         Self {
             checkpoints: (0..slots).map(|_| OnceLock::new()).collect(),
-            overflow: NodeIndex::default(),
+            overflow: AnchorIndex::default(),
         }
     }
 }
 
 impl<const DEPTH: usize> CheckpointArray<DEPTH> {
     /// The table of the checkpoint at `pos`, if it is in the array.
-    fn cell(&self, pos: u32) -> Option<&OnceLock<NodeIndex>> {
+    fn cell(&self, pos: u32) -> Option<&OnceLock<AnchorIndex>> {
         self.checkpoints.get((pos / STRIDE) as usize)
     }
 
@@ -106,7 +106,7 @@ impl<const DEPTH: usize> CheckpointArray<DEPTH> {
         self.checkpoints
             .iter()
             .filter_map(OnceLock::get)
-            .map(NodeIndex::len)
+            .map(AnchorIndex::len)
             .sum::<usize>()
             + self.overflow.len()
     }
@@ -118,7 +118,7 @@ impl<const DEPTH: usize> Checkpoints for CheckpointArray<DEPTH> {
 
     fn insert(&self, anchor: &Anchor, guard: &Guard) {
         match self.cell(anchor.key().pos) {
-            Some(cell) => cell.get_or_init(NodeIndex::default).insert(anchor, guard),
+            Some(cell) => cell.get_or_init(AnchorIndex::default).insert(anchor, guard),
             None => self.overflow.insert(anchor, guard),
         }
     }

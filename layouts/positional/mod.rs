@@ -8,7 +8,7 @@
 //! query's local hashes are compared with an edge's contiguously. Reads are lock-free: the
 //! table and the nodes are both reclaimed through the epoch (`tree/anchor_table.rs`).
 
-use super::checkpoints::{NodeIndex, STRIDE};
+use super::checkpoints::{AnchorIndex, STRIDE};
 use super::tree::{Anchor, AsTree, Checkpoints, EdgeTree};
 use crate::index_core::{Indexer, JumpSearch, Key};
 use crossbeam_epoch::Guard;
@@ -74,7 +74,7 @@ impl AsTree for NarrowPositionalMap {
 #[allow(unreachable_pub)] // Named by a public layout's sealed impls.
 #[derive(Default)]
 pub struct CheckpointMap<const S: u32> {
-    map: NodeIndex,
+    map: AnchorIndex,
 }
 
 impl<const S: u32> core::fmt::Debug for CheckpointMap<S> {

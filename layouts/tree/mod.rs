@@ -249,7 +249,6 @@ impl<T: AsTree> Storage for T {
         handles: &mut Vec<Spot>,
     ) -> usize {
         let tree = self.tree();
-        let epoch = guard;
         let (mut node, mut off) = match parent {
             // SAFETY: the core passes the handle of its worker's reachable parent block, so the
             // worker is in that node (I1).
@@ -271,7 +270,7 @@ impl<T: AsTree> Storage for T {
             let (at, to) = if node.edge().get(off as usize) == Some(first) {
                 // On along an edge this worker is in (I1): it stays linked, one cutoff to raise.
                 let to = off + follow(&node.edge()[off as usize..], rest);
-                held_before(off, to, node.raise_own(slot, to, epoch));
+                held_before(off, to, node.raise_own(slot, to, guard));
                 (off, to)
             } else {
                 let key = ChildKey {
@@ -292,7 +291,7 @@ impl<T: AsTree> Storage for T {
                             tree.index.insert(anchor, guard);
                         }
                     },
-                    epoch,
+                    guard,
                 );
                 if created {
                     tree.nodes.fetch_add(1, Ordering::Relaxed);
@@ -304,7 +303,7 @@ impl<T: AsTree> Storage for T {
             handles.extend((at..to).map(|o| Spot::new(node, o)));
             rest = &rest[(to - at) as usize..];
             off = to;
-            mutated(epoch);
+            mutated(guard);
         }
         twins
     }

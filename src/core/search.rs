@@ -527,7 +527,8 @@ fn jump_search<L: Checkpointed>(
     // stride, and otherwise only once a walk went down to `HOPS_TO_GALLOP` nodes a stride or
     // more. Along long edges a walk is cheaper than any probe, and it goes on to the last
     // checkpoint in one leg.
-    let mut probing = base_jump > stride;
+    let asked = base_jump > stride;
+    let mut probing = asked;
     while !active.is_empty() && lo < last {
         let hi = match probing || lo == 0 {
             true => (lo + jump).min(last),
@@ -543,7 +544,7 @@ fn jump_search<L: Checkpointed>(
                 search
                     .walker
                     .land(lo_block, lo, hi, &mut active, &mut search.scores);
-            probing = base_jump > stride || hops * stride >= HOPS_TO_GALLOP * (hi - lo);
+            probing = asked || hops * stride >= HOPS_TO_GALLOP * (hi - lo);
             landing
         } else {
             // Further, through many nodes, one probe replaces the walk.

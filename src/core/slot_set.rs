@@ -35,10 +35,7 @@ impl SlotSet {
         let mut set = Self::default();
         for slot in slots {
             let (word, bit) = Word::of(slot);
-            match set.words.last_mut() {
-                Some(last) if last.word == word => last.bits |= bit,
-                _ => set.words.push(Word { word, bits: bit }),
-            }
+            set.push_bits(word, bit);
         }
         set
     }
