@@ -33,6 +33,7 @@ use crate::types::{Event, EventView, LocalHash, Worker};
 use batch::{Batch, Copied};
 use core::fmt;
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 /// How a [`WriterPool`] is set up.
 #[derive(Clone, Debug)]
@@ -320,11 +321,24 @@ fn thread_of(id: u64, threads: usize) -> usize {
     ((high * threads as u64) >> 32) as usize
 }
 
-/// Events a writer applies before it lets other threads run (see [`writer_loop`]). On the
-/// trace replay on two cores, the submitting thread's slowest query of a replay took up to
-/// 3.2 ms (over 1.3 ms in seven replays of eight: preempted by a writer with a batch to apply),
-/// and at most 0.47 ms with a yield every 16 or 64 events. It costs removes 5-9%.
-const YIELD_EVERY: usize = 32;
+/// How long a writer applies events before it lets other threads run (see [`writer_loop`]).
+///
+/// On the trace replay on two cores, the submitting thread's slowest query of a replay took up
+/// to 3.2 ms (over 1.3 ms in seven replays of eight: preempted by a writer with a batch to
+/// apply), and at most 0.47 ms with a yield every 16 or 64 events. A count of events is a time
+/// only for one size of event, though: every 32 events was every 80 us on Dynamo's stores of
+/// 128 blocks and a few microseconds on the trace's, and each yield is a system call, a switch
+/// to the other writer when both share a core, and the lines the switch evicts. Yielding after
+/// this long instead kept the slowest query of a flat-out trace replay at 22-34 us (median of
+/// 15 replays; 6-30 us with the count). In quick runs of Dynamo's workload (five of each, 15
+/// rounds) the radix layout's removes went from 1.74-2.19x CRTC's (mean 1.93x) to 1.81-2.82x
+/// (2.36x), and its stores from 1.86-2.17x (1.98x) to 1.84-2.17x (2.02x). Never yielding did
+/// as well on the writes (2.32x and 2.13x) but left a slowest query of 0.5 ms in one of two.
+const YIELD_AFTER: Duration = Duration::from_micros(250);
+
+/// Events a writer applies between two looks at the clock for [`YIELD_AFTER`] (a look costs
+/// about 20 ns).
+const CLOCK_EVERY: usize = 8;
 
 /// Marks the writer's queue stopped when the writer returns or unwinds: later submits fail,
 /// and flushes queued behind it count down as they are dropped.
@@ -344,14 +358,17 @@ fn writer_loop<I: KvIndex + ?Sized>(index: &I, counters: &Counters, queue: &Inbo
     // The flushes of the batch being applied, counted down once it is all applied and the
     // writer keeps no memory of it.
     let mut flushes = Vec::new();
+    // Since the writer last let other threads run (or started).
+    let mut ran_since = Instant::now();
     while queue.take(&mut batch, &mut spent) {
         let mut taken = 0;
         batch.drain(|msg, buffers| {
             taken += 1;
-            if taken % YIELD_EVERY == 0 {
+            if taken % CLOCK_EVERY == 0 && ran_since.elapsed() >= YIELD_AFTER {
                 // A thread waiting for this core (a router's query, on a machine with fewer
-                // cores than threads) waits for this many events at most, not a time slice.
+                // cores than threads) waits about this long at most, not a time slice.
                 std::thread::yield_now();
+                ran_since = Instant::now();
             }
             match msg {
                 Msg::Copied(copied) => counters.count(&index.apply_view(copied.view(buffers))),
