@@ -328,13 +328,17 @@ fn thread_of(id: u64, threads: usize) -> usize {
 /// apply), and at most 0.47 ms with a yield every 16 or 64 events. A count of events is a time
 /// only for one size of event, though: every 32 events was every 80 us on Dynamo's stores of
 /// 128 blocks and a few microseconds on the trace's, and each yield is a system call, a switch
-/// to the other writer when both share a core, and the lines the switch evicts. Yielding after
-/// this long instead kept the slowest query of a flat-out trace replay at 22-34 us (median of
-/// 15 replays; 6-30 us with the count). In quick runs of Dynamo's workload (five of each, 15
-/// rounds) the radix layout's removes went from 1.74-2.19x CRTC's (mean 1.93x) to 1.81-2.82x
-/// (2.36x), and its stores from 1.86-2.17x (1.98x) to 1.84-2.17x (2.02x). Never yielding did
-/// as well on the writes (2.32x and 2.13x) but left a slowest query of 0.5 ms in one of two.
-const YIELD_AFTER: Duration = Duration::from_micros(250);
+/// to the other writer when both share a core, and the lines the switch evicts. Two writers
+/// that take turns on one core that often also both stay "cache hot" to the scheduler (which
+/// leaves a task where it is for 0.5 ms after it ran), which would keep either from moving to
+/// the other core when that goes idle: in `schedstat`, slow store phases had both writers
+/// waiting to run for 10-16 ms while a core had time to spare. In quick runs of Dynamo's workload and the trace (15 rounds each), the radix
+/// layout's removes were 1.74-2.19x CRTC's with the count (five runs, mean 1.93x), 1.79-2.82x
+/// yielding after 250 us (eight, 2.26x) and 2.35-2.73x after 1 ms (five, 2.56x); its stores
+/// 1.98x, 1.96x and 2.00x on average (1.81-2.17x in all). The slowest query of a flat-out trace
+/// replay (median of 15) stayed at 17-41 us, against 6-30 us with the count; never yielding
+/// left it at 0.5 ms in one run of two.
+const YIELD_AFTER: Duration = Duration::from_millis(1);
 
 /// Events a writer applies between two looks at the clock for [`YIELD_AFTER`] (a look costs
 /// about 20 ns).
