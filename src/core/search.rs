@@ -304,16 +304,7 @@ impl<'a, L: Tree> Walker<'a, '_, L> {
         let end = u32::try_from(self.query.len()).unwrap_or(u32::MAX);
         let gate = Gate { end: hi + 1, hops };
         let at = self.narrow(from, pos, end, Some(gate), set, scores);
-        if at.gated && !set.is_empty() {
-            // The walk compared the block at `hi` last, in the node it stopped in.
-            return Some(Block {
-                node: at.node,
-                off: at.off - 1,
-            });
-        }
-        self.score_all(set, at.pos, scores);
-        set.clear();
-        None
+        self.settle(&at, at.gated, set, scores)
     }
 
     /// Walks from `from`, the query's block at `pos`, to its block at the checkpoint `hi`,
@@ -331,17 +322,28 @@ impl<'a, L: Tree> Walker<'a, '_, L> {
         // Through the block at `hi`: the walk keeps exactly those holding it.
         let end = hi + 1;
         let at = self.narrow(from, pos, end, None, set, scores);
-        if set.is_empty() || at.pos < end {
-            self.score_all(set, at.pos, scores);
-            set.clear();
-            return (None, at.hops);
+        (self.settle(&at, at.pos >= end, set, scores), at.hops)
+    }
+
+    /// Where a walk that was to stop at a landing did: the landing block, the last one it
+    /// compared in the node it stopped in, if it `landed` there and someone holds it; else
+    /// `None`, with everyone left scored where the walk stopped and `set` emptied.
+    fn settle(
+        &self,
+        at: &Reached<'a, L::Node>,
+        landed: bool,
+        set: &mut SlotSet,
+        scores: &mut OverlapScores,
+    ) -> Option<Block<'a, L::Node>> {
+        if landed && !set.is_empty() {
+            return Some(Block {
+                node: at.node,
+                off: at.off - 1,
+            });
         }
-        // The walk compared at least the block at `hi` in the node it stopped in.
-        let block = Block {
-            node: at.node,
-            off: at.off - 1,
-        };
-        (Some(block), at.hops)
+        self.score_all(set, at.pos, scores);
+        set.clear();
+        None
     }
 
     /// Keeps in `set` those holding at least `m` blocks of `cover` (`None`: nobody), scoring

@@ -332,12 +332,12 @@ fn thread_of(id: u64, threads: usize) -> usize {
 /// that take turns on one core that often also both stay "cache hot" to the scheduler (which
 /// leaves a task where it is for 0.5 ms after it ran), which would keep either from moving to
 /// the other core when that goes idle: in `schedstat`, slow store phases had both writers
-/// waiting to run for 10-16 ms while a core had time to spare. In quick runs of Dynamo's workload and the trace (15 rounds each), the radix
-/// layout's removes were 1.74-2.19x CRTC's with the count (five runs, mean 1.93x), 1.79-2.82x
-/// yielding after 250 us (eight, 2.26x) and 2.35-2.73x after 1 ms (five, 2.56x); its stores
-/// 1.98x, 1.96x and 2.00x on average (1.81-2.17x in all). The slowest query of a flat-out trace
-/// replay (median of 15) stayed at 17-41 us, against 6-30 us with the count; never yielding
-/// left it at 0.5 ms in one run of two.
+/// waiting to run for 10-16 ms while a core had time to spare. In quick runs of Dynamo's
+/// workload and the trace (15 rounds each), the radix layout's removes were 1.74-2.19x CRTC's
+/// with the count (five runs, mean 1.93x), 1.79-2.82x yielding after 250 us (eight, 2.26x) and
+/// 2.35-2.73x after 1 ms (five, 2.56x); its stores 1.98x, 1.96x and 2.00x on average
+/// (1.81-2.17x in all). The slowest query of a flat-out trace replay (median of 15) stayed at
+/// 17-41 us, against 6-30 us with the count; never yielding left it at 0.5 ms in one run of two.
 const YIELD_AFTER: Duration = Duration::from_millis(1);
 
 /// Events a writer applies between two looks at the clock for [`YIELD_AFTER`] (a look costs
