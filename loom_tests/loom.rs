@@ -100,8 +100,9 @@ fn radix_reader_walks_through_nodes_being_unlinked() {
     });
 }
 
-/// Two writers add different workers to the same child that does not exist yet: one creates
-/// it, the other finds it, and both workers end up in the one node.
+/// Two writers add different workers to the same child that does not exist yet: each may build
+/// the node before it takes the parent's lock, one links its node, the other drops its own and
+/// finds the linked one, and both workers end up in the one node.
 #[test]
 fn radix_two_writers_create_the_same_child() {
     loom::model(|| {
