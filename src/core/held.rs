@@ -289,36 +289,8 @@ impl<L: Layout> HeldBlocks<L> {
             ),
         };
         self.reserve(fresh.len());
-        // Each claim's lines are asked for this many blocks ahead of it, in events long enough
-        // (`WARM_FROM`) to repay finding where the table's lines are (two more misses). 12
-        // rather than 6 ahead: Dynamo's stores on one thread were 3-10% faster in five of six
-        // interleaved pairs of 9-round medians (a worker's table there is 100-200 KiB, and
-        // the writers' 64 tables do not fit in the cache together).
-        const AHEAD: usize = 12;
-        const WARM_FROM: usize = 12;
-        let lines = match fresh.len() > WARM_FROM {
-            true => self.places.probe_lines(),
-            false => None,
-        };
-        if let Some(lines) = lines {
-            for block in fresh.iter().take(AHEAD) {
-                self.places.warm(lines, block.seq);
-            }
-        }
-        for (i, block) in fresh.iter().enumerate() {
-            if let (Some(lines), Some(ahead)) = (lines, fresh.get(i + AHEAD)) {
-                self.places.warm(lines, ahead.seq);
-            }
-            // An entry naming a place this event just gave (in `id` before this block's) may be
-            // an earlier new block with the same seq: the exact path decides.
-            let claimed = |l: Loc| l.run == id && (off0..off0 + i).contains(&l.off());
-            let loc = Loc::new(id, off0 + i);
-            if !self.places.claim(&self.runs, block.seq, loc, claimed) {
-                for (j, undo) in fresh[..i].iter().enumerate() {
-                    self.places.unclaim(undo.seq, Loc::new(id, off0 + j));
-                }
-                return false;
-            }
+        if !self.places.claim_all(&self.runs, fresh, id, off0) {
+            return false;
         }
         let block_parent = match replayed {
             0 => parent,
