@@ -547,12 +547,47 @@ impl Places {
     ) -> HashTable<F::Code> {
         let mut table = HashTable::with_capacity(capacity);
         let rehash = rehasher(&self.hasher, runs, format);
-        for (id, run) in runs.iter().enumerate() {
-            for (off, &seq) in run.seqs.iter().enumerate() {
-                let hash = self.hash(seq);
-                let code = format.encode(Loc::new(id as u32, off), hash);
-                table.insert_unique(hash, code, &rehash);
+        let mut places = runs.iter().enumerate().flat_map(|(id, run)| {
+            let at = move |(off, &seq): (usize, &SeqHash)| (Loc::new(id as u32, off), seq);
+            run.seqs.iter().enumerate().map(at)
+        });
+        let entry = |(loc, seq): (Loc, SeqHash)| {
+            let hash = self.hash(seq);
+            (hash, format.encode(loc, hash))
+        };
+        // The first entry shows where the table's lines are; each later one's are asked for
+        // `AHEAD` entries before it is filed, as a claim's are (Dynamo's stores on one thread,
+        // where rebuilds are a tenth of the time: 1-2% faster in three interleaved pairs of
+        // 20-round medians).
+        let Some(first) = places.next() else {
+            return table;
+        };
+        let (hash, code) = entry(first);
+        table.insert_unique(hash, code, &rehash);
+        let lines = lines_of(&table);
+        let warm = |hash: u64| {
+            if let Some(lines) = lines {
+                lines.warm(hash);
             }
+        };
+        let mut ring = [(hash, code); RING];
+        let mut ahead = 0;
+        for place in places.by_ref().take(AHEAD) {
+            ring[ahead] = entry(place);
+            warm(ring[ahead].0);
+            ahead += 1;
+        }
+        let mut next = 0;
+        while next < ahead {
+            let (hash, code) = ring[next % RING];
+            if let Some(place) = places.next() {
+                let later = entry(place);
+                warm(later.0);
+                ring[ahead % RING] = later;
+                ahead += 1;
+            }
+            table.insert_unique(hash, code, &rehash);
+            next += 1;
         }
         table
     }
