@@ -31,8 +31,8 @@
 //! blocks, so the slot leaves the entry only with the last of them.
 
 use super::canon::{Canon, Key};
-use super::child_list::ChildList;
 use super::handles;
+use super::kids::Kids;
 use super::layout::Layout;
 use super::places::Places;
 use super::run::{KeptCanons, Loc, Run, RunId};
@@ -79,7 +79,7 @@ pub(crate) struct HeldBlocks<L: Layout> {
     free: Vec<RunId>,
     /// Runs whose first block's parent is this seq, when that parent is not the previous block
     /// of their own run: branches, and runs left under a block that is not held any more.
-    kids: Map<SeqHash, ChildList<RunId>>,
+    kids: Kids,
     /// Reachable blocks beyond the first at each key and handle (salted twins).
     extra: Map<(Key, L::Handle), u32>,
     /// Holes in the runs.
@@ -101,7 +101,7 @@ impl<L: Layout> HeldBlocks<L> {
             places: Places::new(),
             runs: Vec::new(),
             free: Vec::new(),
-            kids: Map::default(),
+            kids: Kids::default(),
             extra: Map::default(),
             holes: 0,
             scratch: Vec::new(),
@@ -309,7 +309,7 @@ impl<L: Layout> HeldBlocks<L> {
             true => run.extend_seqs(fresh),
             false => run.extend(fresh),
         }
-        if !self.kids.is_empty() && fresh.iter().any(|b| self.kids.contains_key(&b.seq)) {
+        if !self.kids.is_empty() && fresh.iter().any(|b| self.kids.contains(b.seq)) {
             // Runs that stayed held while one of these blocks was gone come back with it.
             run.may_branch = true;
         }
@@ -415,7 +415,7 @@ impl<L: Layout> HeldBlocks<L> {
         run.reserve(rest);
         run.extend(core::slice::from_ref(block));
         self.places.insert(&self.runs, block.seq, loc);
-        if self.kids.contains_key(&block.seq) {
+        if self.kids.contains(block.seq) {
             // Runs that stayed held while this block was gone come back with it.
             self.runs[loc.run as usize].may_branch = true;
         }
@@ -450,7 +450,7 @@ impl<L: Layout> HeldBlocks<L> {
         let id = self.vacant_run();
         self.runs[id as usize] = Run::new(parent, rooted, anchor);
         if let Some(p) = parent {
-            self.kids.entry(p).or_default().push(id);
+            self.kids.push(p, id);
         }
         id
     }
@@ -466,13 +466,8 @@ impl<L: Layout> HeldBlocks<L> {
     fn delete_run(&mut self, id: RunId) {
         let run = std::mem::replace(&mut self.runs[id as usize], Run::vacant());
         debug_assert_eq!(run.len(), 0);
-        if let Some(p) = run.parent
-            && let Some(list) = self.kids.get_mut(&p)
-        {
-            list.remove(id);
-            if list.is_empty() {
-                self.kids.remove(&p);
-            }
+        if let Some(p) = run.parent {
+            self.kids.remove(p, id);
         }
         self.free.push(id);
     }
@@ -512,7 +507,7 @@ impl<L: Layout> HeldBlocks<L> {
             let (from, to) = (Loc::new(loc.run, off + 1 + i), Loc::new(tail_id, i));
             self.places.moved(&self.runs, moved, from, to);
         }
-        self.kids.entry(seq).or_default().push(tail_id);
+        self.kids.push(seq, tail_id);
         self.places.vacated(1);
         self.holes -= 1;
         self.drop_trailing_holes(loc.run);
@@ -581,7 +576,7 @@ impl<L: Layout> HeldBlocks<L> {
                     }
                     if run.may_branch {
                         for (i, seq) in run.seqs[from..end].iter().enumerate() {
-                            if let Some(list) = self.kids.get(seq) {
+                            if let Some(list) = self.kids.get(*seq) {
                                 let handle = added[i];
                                 let key = keys.key(i);
                                 rooted.extend(list.as_slice().iter().map(|&k| (k, key, handle)));
@@ -626,7 +621,7 @@ impl<L: Layout> HeldBlocks<L> {
             let run = &self.runs[id as usize];
             if run.may_branch {
                 for seq in &run.seqs[from..run.reach as usize] {
-                    if let Some(list) = self.kids.get(seq) {
+                    if let Some(list) = self.kids.get(*seq) {
                         below.extend_from_slice(list.as_slice());
                     }
                 }

@@ -11,6 +11,7 @@ mod cover;
 mod gf64;
 mod handles;
 mod held;
+mod kids;
 pub(crate) mod layout;
 mod places;
 mod run;
