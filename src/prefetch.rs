@@ -18,10 +18,6 @@ pub(crate) fn prefetch<T>(p: *const T) {
 /// Starts loading the `lines` cache lines from `p` on, asked for together so that they arrive
 /// in one wait. A hint, as [`prefetch`].
 #[inline(always)]
-#[cfg_attr(
-    not(any(feature = "positional", feature = "array", feature = "radix")),
-    allow(dead_code)
-)]
 pub(crate) fn prefetch_lines<T>(p: *const T, lines: usize) {
     for line in 0..lines {
         prefetch(p.cast::<u8>().wrapping_add(64 * line));

@@ -69,6 +69,12 @@ fn key_of<L: Layout>(keys: &[Key], pos: u32, i: usize) -> Key {
     }
 }
 
+/// Asks for every line of `items` at once (a hint; see [`crate::prefetch`]).
+fn prefetch_span<T>(items: &[T]) {
+    let bytes = core::mem::size_of_val(items);
+    crate::prefetch::prefetch_lines(items.as_ptr(), bytes.div_ceil(64) + 1);
+}
+
 /// What one worker holds. Touched only under the worker's lock.
 pub(crate) struct HeldBlocks<L: Layout> {
     slot: Slot,
@@ -260,6 +266,14 @@ impl<L: Layout> HeldBlocks<L> {
         if let Some(first) = first {
             let run = &self.runs[first.run as usize];
             let off = first.off();
+            // The prefix is compared block by block against the run's seqs: their lines are
+            // asked for at once rather than one miss after another (1.5-2% of Dynamo's stores
+            // on one thread, in four interleaved pairs of 16-round medians).
+            let span = (run.seqs.len() - off).min(blocks.len());
+            if span > 8 {
+                prefetch_span(&run.seqs[off..off + span]);
+                prefetch_span(&blocks[..span]);
+            }
             replayed = (blocks.iter().zip(&run.seqs[off..]))
                 .take_while(|(block, seq)| block.seq == **seq)
                 .count();
@@ -723,6 +737,16 @@ impl<L: Layout> HeldBlocks<L> {
             // that each remove the next last block of this run with it, and detach them in one
             // call (the same end state as one at a time, and deepest first all the same).
             let run = &self.runs[id as usize];
+            // The blocks this walk may compare, asked for at once: the run's seqs before the
+            // last one (read backwards) and the event's seqs after this one. Read cold one line
+            // after another, they held up most of the walk's samples on Dynamo's removes; asked
+            // for at once, one thread's removes there went 5-8% faster on the radix layout, and
+            // no slower on the positional one (two interleaved pairs of 12-round medians each).
+            let span = off.min(seqs.len() - next);
+            if span > 8 {
+                prefetch_span(&run.seqs[off - span..off]);
+                prefetch_span(&seqs[next..next + span]);
+            }
             let mut from = off;
             while from > 0
                 && seqs.get(next) == Some(&run.seqs[from - 1])
