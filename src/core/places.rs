@@ -20,10 +20,10 @@
 //! four to one, so the table never holds more than the peak of live places it had room for.
 //!
 //! A store files each new block of its event (a claim), in tables that are cold: the workers'
-//! events interleave. So it asks for the lines of each claim a few blocks ahead ([`ProbeLines::warm`])
-//! and the misses of an event's claims overlap: on Dynamo's workload, where claims were two
-//! fifths of a writer's time, stores through the writer pool went 3-7% faster (medians of 10
-//! rounds interleaved with the same build asking for nothing).
+//! events interleave. So it asks for the lines of each claim a few blocks ahead
+//! ([`ProbeLines::warm`]) and the misses of an event's claims overlap: on Dynamo's workload,
+//! where claims were two fifths of a writer's time, stores through the writer pool went 3-7%
+//! faster (medians of 10 rounds interleaved with the same build asking for nothing).
 
 use super::run::{Loc, Run, RunId};
 use crate::prefetch::prefetch;
@@ -40,16 +40,16 @@ const REBUILD_MIN: usize = 64;
 /// A table that must grow while it has no garbage (its worker is filling, not evicting) grows
 /// fourfold while it has room for fewer entries than this, and twofold otherwise.
 ///
-/// A worker that is filling rebuilds its table at every growth, and those rebuilds were an
-/// eighth of the writers' samples over Dynamo's store and remove phases (a worker there fills
-/// a table of 13,000 places from nothing). Growing fourfold halves how many there are: stores through the writer
-/// pool went faster in three of four interleaved pairs of 9-round medians (54.0-70.8M blocks/s
-/// against 54.6-61.9M; the machine's speed drifted by a third meanwhile). The slack it can
-/// leave, up to about four buckets of 5 bytes an entry, comes to 640 KiB a worker at most (a
-/// table of 2^17 buckets); larger tables, where slack is what counts, double. So do tables
-/// with garbage: on the trace replay, where workers evict as they store, fourfold growth for
-/// every table made them larger and the replay slower (by 4.5% over four interleaved pairs),
-/// where growing fourfold only while filling left it faster in three of four.
+/// A worker that is filling rebuilds its table at every growth, and those rebuilds were an eighth
+/// of the writers' samples over Dynamo's store and remove phases (a worker there fills a table of
+/// 13,000 places from nothing). Growing fourfold halves how many there are: stores through the
+/// writer pool went faster in three of four interleaved pairs of 9-round medians (54.0-70.8M
+/// blocks/s against 54.6-61.9M; the machine's speed drifted by a third meanwhile). The slack it can
+/// leave, up to about four buckets of 5 bytes an entry, comes to 640 KiB a worker at most (a table
+/// of 2^17 buckets); larger tables, where slack is what counts, double. So do tables with garbage:
+/// on the trace replay, where workers evict as they store, fourfold growth for every table made
+/// them larger and the replay slower (by 4.5% over four interleaved pairs), where growing fourfold
+/// only while filling left it faster in three of four.
 const GROW_FOURFOLD_BELOW: usize = 1 << 15;
 
 /// The block at `loc` of `runs`, if the run has one there.
