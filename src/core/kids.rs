@@ -64,8 +64,14 @@ impl Kids {
         }
     }
 
+    /// Whether `seq` passes the filter. A worker with no runs listed (the common case) answers
+    /// before mixing the seq: a detach or attach asks about every block of a run, and the
+    /// mixing alone made the re-store of a 200,000-block chain a sixth slower.
     #[inline]
     fn may_contain(&self, seq: SeqHash) -> bool {
+        if self.lists.is_empty() {
+            return false;
+        }
         let (word, mask) = bit(seq);
         self.filter[word] & mask != 0
     }
