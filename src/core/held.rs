@@ -39,6 +39,7 @@ use super::run::{KeptCanons, Loc, Run, RunId};
 use super::run_keys::RunKeys;
 use super::slots::Slot;
 use crate::error::EventError;
+use crate::prefetch::prefetch_slice;
 use crate::types::{Block, Event, LocalHash, SeqHash, Worker};
 use foldhash::fast::RandomState;
 use std::collections::{BTreeSet, HashMap, HashSet};
@@ -67,12 +68,6 @@ fn key_of<L: Layout>(keys: &[Key], pos: u32, i: usize) -> Key {
         true => keys[i],
         false => Key::unkeyed(pos + i as u32),
     }
-}
-
-/// Asks for every line of `items` at once (a hint; see [`crate::prefetch`]).
-fn prefetch_span<T>(items: &[T]) {
-    let bytes = core::mem::size_of_val(items);
-    crate::prefetch::prefetch_lines(items.as_ptr(), bytes.div_ceil(64) + 1);
 }
 
 /// What one worker holds. Touched only under the worker's lock.
@@ -271,8 +266,8 @@ impl<L: Layout> HeldBlocks<L> {
             // on one thread, in four interleaved pairs of 16-round medians).
             let span = (run.seqs.len() - off).min(blocks.len());
             if span > 8 {
-                prefetch_span(&run.seqs[off..off + span]);
-                prefetch_span(&blocks[..span]);
+                prefetch_slice(&run.seqs[off..off + span]);
+                prefetch_slice(&blocks[..span]);
             }
             replayed = (blocks.iter().zip(&run.seqs[off..]))
                 .take_while(|(block, seq)| block.seq == **seq)
@@ -744,8 +739,8 @@ impl<L: Layout> HeldBlocks<L> {
             // no slower on the positional one (two interleaved pairs of 12-round medians each).
             let span = off.min(seqs.len() - next);
             if span > 8 {
-                prefetch_span(&run.seqs[off - span..off]);
-                prefetch_span(&seqs[next..next + span]);
+                prefetch_slice(&run.seqs[off - span..off]);
+                prefetch_slice(&seqs[next..next + span]);
             }
             let mut from = off;
             while from > 0
