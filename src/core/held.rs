@@ -561,7 +561,7 @@ impl<L: Layout> HeldBlocks<L> {
             debug_assert!(run.rooted, "attach: the run's parent is reachable");
             let (from, end) = (run.reach as usize, run.end());
             if from < end {
-                let tip = run.tip();
+                let tip = run.tip(layout, guard, canon);
                 // The blocks from `reach` on are unreachable: their local hashes are the run's.
                 let staged = staged.filter(|_| id == root);
                 let locals = match staged {
@@ -689,7 +689,7 @@ impl<L: Layout> HeldBlocks<L> {
                 });
             }
             let kept = keep.then(|| locals.get(from - base..).unwrap_or_default());
-            run.truncate_reach(layout, guard, canon, from, kept);
+            run.truncate_reach(L::KEYED, from, kept);
             if id != root {
                 run.rooted = false;
                 run.anchor = None;

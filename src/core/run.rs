@@ -225,8 +225,13 @@ pub(super) struct Run<H> {
     first: u64,
     /// The layout's handle of every block below `reach`, per stretch.
     pub(super) handles: Handles<H>,
-    /// Canonical hash of block `reach - 1`, when `reach > 0`.
-    pub(super) tip: u64,
+    /// Canonical hash of block `reach - 1`, when `reach > 0` and not `tip_stale`.
+    tip: u64,
+    /// `tip` is not block `reach - 1`'s: the reach went back since it was set, and the tip is
+    /// folded again only when a block is next attached after it. A worker's tail is mostly
+    /// evicted a few blocks an event, and each eviction folded up to `CHECKPOINT - 1` local
+    /// hashes read back from the layout for a tip that the next eviction replaced unread.
+    tip_stale: bool,
 }
 
 impl<H: Stretch> Run<H> {
@@ -244,6 +249,7 @@ impl<H: Stretch> Run<H> {
             first: 0,
             handles: Handles::new(),
             tip: 0,
+            tip_stale: false,
         }
     }
 
@@ -384,18 +390,26 @@ impl<H: Stretch> Run<H> {
     }
 
     /// Key and handle of the last reachable block, or of the parent when none is: what the next
-    /// block to attach hangs under (`None`: a root).
-    pub(super) fn tip(&self) -> Option<(Key, H)> {
-        match self.reach {
-            0 => self.anchor,
-            n => Some((
-                Key {
-                    pos: self.pos0() + n - 1,
-                    canon: self.tip,
-                },
-                self.handles.get(n as usize - 1),
-            )),
-        }
+    /// block to attach hangs under (`None`: a root). Folds the tip's canonical hash again if
+    /// the reach went back since it was kept.
+    pub(super) fn tip<L: Storage<Handle = H>>(
+        &self,
+        layout: &L,
+        guard: &L::Guard<'_>,
+        canon: &Canon,
+    ) -> Option<(Key, H)> {
+        let last = match self.reach {
+            0 => return self.anchor,
+            n => n as usize - 1,
+        };
+        let key = match self.tip_stale {
+            true => self.key_at(layout, guard, canon, last),
+            false => Key {
+                pos: self.pos0() + last as u32,
+                canon: self.tip,
+            },
+        };
+        Some((key, self.handles.get(last)))
     }
 
     /// Records `n` blocks just attached from offset `reach` on (their handles are already
@@ -412,7 +426,7 @@ impl<H: Stretch> Run<H> {
         }
         self.canons.extend_from_slice(&canons.checkpoints);
         if let Some(tip) = canons.tip {
-            self.tip = tip;
+            (self.tip, self.tip_stale) = (tip, false);
         }
         self.reach += n as u32;
         debug_assert_eq!(self.handles.len(), self.reach as usize);
@@ -495,12 +509,11 @@ impl<H: Stretch> Run<H> {
 
     /// Forgets the reachable blocks from `from` on (their layout entries are the caller's, and
     /// still there): their local hashes are `locals`, read from the layout before, or `None`
-    /// when the run ends at `from` from now on (the caller drops the blocks after it).
-    pub(super) fn truncate_reach<L: Storage<Handle = H>>(
+    /// when the run ends at `from` from now on (the caller drops the blocks after it). With
+    /// `keyed`, the tip's canonical hash is folded again when next asked for ([`tip`](Self::tip)).
+    pub(super) fn truncate_reach(
         &mut self,
-        layout: &L,
-        guard: &L::Guard<'_>,
-        canon: &Canon,
+        keyed: bool,
         from: usize,
         locals: Option<&[LocalHash]>,
     ) {
@@ -508,9 +521,8 @@ impl<H: Stretch> Run<H> {
         if from >= reach {
             return;
         }
-        if from > 0 {
-            self.tip = self.key_at(layout, guard, canon, from - 1).canon;
-        }
+        // An unkeyed layout's tip has no canonical hash to fold.
+        self.tip_stale = keyed;
         match locals {
             Some(locals) => {
                 debug_assert_eq!(locals.len(), reach - from);
