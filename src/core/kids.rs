@@ -52,7 +52,7 @@ impl Kids {
     /// Whether runs are listed under `seq`.
     #[inline]
     pub(super) fn contains(&self, seq: SeqHash) -> bool {
-        self.may_contain(seq) && self.lists.contains_key(&seq)
+        self.get(seq).is_some()
     }
 
     /// The runs listed under `seq`, if any.

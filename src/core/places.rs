@@ -310,8 +310,9 @@ fn claim_in<H, F: Format>(
             Vacancy::Occupied(_) => {
                 // Take back what this event filed.
                 for (j, undo) in blocks[..i].iter().enumerate() {
-                    let filed = f.encode(Loc::new(run, off0 + j), hash(undo));
-                    if let Ok(entry) = t.find_entry(hash(undo), |&c| c == filed) {
+                    let h = hash(undo);
+                    let filed = f.encode(Loc::new(run, off0 + j), h);
+                    if let Ok(entry) = t.find_entry(h, |&c| c == filed) {
                         entry.remove();
                     }
                 }
