@@ -308,8 +308,25 @@ impl<T: AsTree> Storage for T {
         twins
     }
 
-    unsafe fn remove_run(&self, _: &[Key], handles: &[Spot], slot: Slot, guard: &Self::Guard<'_>) {
+    unsafe fn remove_stretch(&self, first: Spot, n: u32, slot: Slot, guard: &Self::Guard<'_>) {
+        debug_assert!(n > 0, "a stretch has blocks");
         let tree = self.tree();
+        let unindex = |node: &Node| {
+            for anchor in node.anchors() {
+                tree.index.remove(anchor, guard);
+            }
+        };
+        // SAFETY: the core removes a slot only from the nodes it added it to and has not
+        // removed it from since, so the worker is in the node, holding up to the stretch's last
+        // block and nothing below it (I1); `guard` pins the caller.
+        let unlinked = unsafe { first.node().cut(slot, first.off, unindex, guard) };
+        if unlinked > 0 {
+            tree.nodes.fetch_sub(unlinked as u64, Ordering::Relaxed);
+        }
+        mutated(guard);
+    }
+
+    unsafe fn remove_run(&self, _: &[Key], handles: &[Spot], slot: Slot, guard: &Self::Guard<'_>) {
         // One cut per node, the deepest first: a run's blocks in one node are consecutive.
         let mut end = handles.len();
         while end > 0 {
@@ -319,19 +336,8 @@ impl<T: AsTree> Storage for T {
                 start -= 1;
             }
             debug_assert_eq!(last.off - handles[start].off, (end - 1 - start) as u32);
-            let unindex = |node: &Node| {
-                for anchor in node.anchors() {
-                    tree.index.remove(anchor, guard);
-                }
-            };
-            // SAFETY: the core removes a slot only from the nodes it added it to and has not
-            // removed it from since, so the worker is in the node, holding up to `last` (I1);
-            // `guard` pins the caller.
-            let unlinked = unsafe { last.node().cut(slot, handles[start].off, unindex, guard) };
-            if unlinked > 0 {
-                tree.nodes.fetch_sub(unlinked as u64, Ordering::Relaxed);
-            }
-            mutated(guard);
+            // SAFETY: the caller's contract, for the blocks `start..end`, which are one stretch.
+            unsafe { self.remove_stretch(handles[start], (end - start) as u32, slot, guard) };
             end = start;
         }
     }

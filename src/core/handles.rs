@@ -117,12 +117,23 @@ impl<H: Stretch> Handles<H> {
         }
     }
 
-    /// Writes the handles of blocks `from..to` to `out` (cleared first).
-    pub(super) fn copy_range(&self, from: usize, to: usize, out: &mut Vec<H>) {
-        out.clear();
-        self.stretches(from, to, |first, n| {
-            out.extend((0..n).map(|k| first.advance(k)));
-        });
+    /// Calls `f(first, n)` for each stretch of blocks `from..to` as [`stretches`](Self::stretches)
+    /// does, but the last stretch first: the order in which a run is detached.
+    pub(super) fn stretches_rev(&self, from: usize, to: usize, mut f: impl FnMut(H, u32)) {
+        if from >= to {
+            return;
+        }
+        // The last segment whose stretch starts before `to`.
+        let mut at = self.segments.partition_point(|s| (s.start as usize) < to);
+        let mut end = to;
+        while end > from {
+            at -= 1;
+            let segment = self.segments[at];
+            let start = (segment.start as usize).max(from);
+            let skip = (start - segment.start as usize) as u32;
+            f(segment.first.advance(skip), (end - start) as u32);
+            end = start;
+        }
     }
 
     /// Keeps the handles of blocks `0..n` only.
@@ -181,9 +192,28 @@ mod tests {
         let mut out = Vec::new();
         for from in 0..=values.len() {
             for to in from..=values.len() {
-                handles.copy_range(from, to, &mut out);
+                out.clear();
+                handles.stretches(from, to, |first, n| {
+                    out.extend((0..n).map(|k| first.advance(k)));
+                });
                 let want: Vec<Num> = values[from..to].iter().map(|&v| Num(v)).collect();
                 assert_eq!(out, want, "{from}..{to}");
+            }
+        }
+    }
+
+    #[test]
+    fn stretches_read_backwards_are_the_stretches_reversed() {
+        let values: Vec<u32> = (5..25).chain([40, 7, 8]).collect();
+        let handles = handles_of(&values);
+        for from in 0..=values.len() {
+            for to in from..=values.len() {
+                let mut forward = Vec::new();
+                handles.stretches(from, to, |first, n| forward.push((first, n)));
+                let mut backward = Vec::new();
+                handles.stretches_rev(from, to, |first, n| backward.push((first, n)));
+                backward.reverse();
+                assert_eq!(backward, forward, "{from}..{to}");
             }
         }
     }

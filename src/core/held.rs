@@ -663,29 +663,35 @@ impl<L: Layout> HeldBlocks<L> {
             }
             run.keys_from(canon, keyed, from, &locals, &mut keys);
             if from < reach {
-                handles::with_scratch(|handles: &mut Vec<L::Handle>| {
-                    run.handles.copy_range(from, reach, handles);
-                    let pos = run.pos0() + from as u32;
-                    // Blocks whose key another reachable block of this worker shares (a salted
-                    // twin) stay in the layout. They are a prefix: a twin's parent is at the key
-                    // before, so it is shared too.
-                    let mut shared = 0;
-                    while !self.extra.is_empty() && shared < handles.len() {
-                        let at = (key_of::<L>(&keys, pos, shared), handles[shared]);
-                        match self.extra.get_mut(&at) {
-                            Some(n) if *n > 1 => *n -= 1,
-                            Some(_) => {
-                                self.extra.remove(&at);
-                            }
-                            None => break,
+                let pos = run.pos0() + from as u32;
+                // Blocks whose key another reachable block of this worker shares (a salted
+                // twin) stay in the layout. They are a prefix: a twin's parent is at the key
+                // before, so it is shared too.
+                let mut shared = 0;
+                while !self.extra.is_empty() && from + shared < reach {
+                    let at = (
+                        key_of::<L>(&keys, pos, shared),
+                        run.handles.get(from + shared),
+                    );
+                    match self.extra.get_mut(&at) {
+                        Some(n) if *n > 1 => *n -= 1,
+                        Some(_) => {
+                            self.extra.remove(&at);
                         }
-                        shared += 1;
+                        None => break,
                     }
-                    let keys = keys.get(shared..).unwrap_or_default();
-                    // SAFETY: `handles` are what `add_run` returned for these keys when the
-                    // blocks became reachable, and the slot leaves those entries only here, once
-                    // (I1).
-                    unsafe { layout.remove_run(keys, &handles[shared..], self.slot, guard) };
+                    shared += 1;
+                }
+                // Straight from the stretches the run keeps, the last first: no handle a block
+                // is made, to be grouped by node again. Making them was a sixth of the samples
+                // of Dynamo's removes on one thread; without it, those removes ran 6-8% faster
+                // (three interleaved pairs of 11-round medians, each layout).
+                let slot = self.slot;
+                run.handles.stretches_rev(from + shared, reach, |first, n| {
+                    // SAFETY: the stretches hold what `add_run` returned for these blocks when
+                    // they became reachable, and the slot leaves those entries only here, once
+                    // (I1); detached last first, nothing holds the slot below each stretch.
+                    unsafe { layout.remove_stretch(first, n, slot, guard) };
                 });
             }
             let kept = keep.then(|| locals.get(from - base..).unwrap_or_default());

@@ -182,6 +182,23 @@ pub(crate) mod seam {
             twins
         }
 
+        /// Removes `slot` from the `n` consecutive blocks of one stretch (see [`Stretch`]), the
+        /// first at `first`, the last block first, so that what readers see stays
+        /// prefix-closed. The core detaches a run a stretch at a time, the last stretch first,
+        /// straight from the handles it keeps per stretch: a tree node's cut is one call, not
+        /// one handle a block made and grouped again.
+        ///
+        /// # Safety
+        /// As [`remove`](Self::remove), for each of the `n` blocks; nothing holds `slot` below
+        /// the last of them.
+        unsafe fn remove_stretch(
+            &self,
+            first: Self::Handle,
+            n: u32,
+            slot: Slot,
+            guard: &Self::Guard<'_>,
+        );
+
         /// Removes `slot` from the entries of a run's blocks `keys` / `handles` (in run order),
         /// the last block first, so that what readers see stays prefix-closed.
         ///
