@@ -60,6 +60,12 @@ impl<H: Stretch> Handles<H> {
         self.len as usize
     }
 
+    /// Starts loading the segments, without waiting: a hint, for a caller that will read the
+    /// handles after other work (their list is an allocation of its own, cold in a cold run).
+    pub(super) fn warm(&self) {
+        crate::prefetch::prefetch(self.segments.as_ptr());
+    }
+
     /// The handle of block `i` (`i < len`).
     pub(super) fn get(&self, i: usize) -> H {
         debug_assert!(i < self.len());
