@@ -684,7 +684,7 @@ impl<L: Layout> HeldBlocks<L> {
                 }
                 // Straight from the stretches the run keeps, the last first: no handle a block
                 // is made, to be grouped by node again. Making them was a sixth of the samples
-                // of Dynamo's removes on one thread; without it, those removes ran 6-8% faster
+                // of Dynamo's removes on one thread; without it, those removes ran 7-9% faster
                 // (three interleaved pairs of 11-round medians, each layout).
                 let slot = self.slot;
                 run.handles.stretches_rev(from + shared, reach, |first, n| {
@@ -746,8 +746,9 @@ impl<L: Layout> HeldBlocks<L> {
             let span = off.min(seqs.len() - next);
             if off < run.reach as usize {
                 // Read when the walk is done; asked for first, its miss overlaps the walk's.
-                // Dynamo's removes on one thread ran 6-8% faster with it (geometric means of
-                // six interleaved pairs of 9-round medians, twice, radix and positional).
+                // Dynamo's removes on one thread took 0.81-0.94x the time with it (geometric
+                // means of six interleaved pairs of 9-round medians, twice, radix and
+                // positional).
                 run.handles.warm();
             }
             if span > 8 {
@@ -764,7 +765,7 @@ impl<L: Layout> HeldBlocks<L> {
                     .map_or(0, |&h| h + 1),
             };
             // Two slices compared (the run's read backwards), not a block and a hole set at a
-            // time: Dynamo's removes on one thread, 3% faster on the radix layout and 7% on the
+            // time: Dynamo's removes on one thread, 4% faster on the radix layout and 8% on the
             // positional one (three interleaved pairs of 11-round medians).
             let taken = (seqs[next..].iter())
                 .zip(run.seqs[floor as usize..off].iter().rev())
