@@ -47,16 +47,10 @@ fn add_keyed<S: Storage>(
 }
 
 /// Removes `slot` from the blocks `handles`.
-fn remove(tree: &RadixTree, handles: &[<RadixTree as Storage>::Handle], slot: u32) {
-    let (keys, _) = run(&vec![0; handles.len()]);
-    remove_keyed(tree, &keys, handles, slot);
-}
-
-/// Removes `slot` from the blocks `handles`, whose keys are `keys`.
-fn remove_keyed<S: Storage>(tree: &S, keys: &[Key], handles: &[S::Handle], slot: u32) {
+fn remove<S: Storage>(tree: &S, handles: &[S::Handle], slot: u32) {
     let guard = tree.guard();
     // SAFETY: the seam contract (I1) as kept by hand, see the top of the file.
-    unsafe { tree.remove_run(keys, handles, slot, &guard) };
+    unsafe { tree.remove_run(handles, slot, &guard) };
 }
 
 /// What `slot` holds of the edge starting with `local` under the root, and of its child at
@@ -93,8 +87,8 @@ fn radix_reader_walks_through_nodes_being_unlinked() {
                 assert!(matches!(top, 0 | 2), "{top}");
             })
         };
-        remove(&tree, &b, 8);
-        remove(&tree, &a, 7);
+        remove(&*tree, &b, 8);
+        remove(&*tree, &a, 7);
         reader.join().unwrap();
         assert_eq!(tree.entries(), 0);
     });
@@ -141,7 +135,7 @@ fn radix_join_races_unlink() {
             let tree = tree.clone();
             thread::spawn(move || add(&tree, &[5], 2))
         };
-        remove(&tree, &a, 1);
+        remove(&*tree, &a, 1);
         let joined = joiner.join().unwrap();
         let guard = tree.guard();
         let node = tree
@@ -149,7 +143,7 @@ fn radix_join_races_unlink() {
             .expect("worker 2's node is linked");
         assert_eq!(tree.cover(node, &guard).map(|c| c.slots()), Some(vec![2]));
         assert_eq!(tree.entries(), 1);
-        remove(&tree, &joined, 2);
+        remove(&*tree, &joined, 2);
         assert_eq!(tree.entries(), 0);
     });
 }
@@ -211,7 +205,7 @@ fn positional_probe_lands_mid_edge_while_the_node_comes_and_goes() {
         let blocks: Vec<LocalHash> = (0..u64::from(LEN)).map(LocalHash).collect();
         let handles = add_keyed(&*tree, &keys, &blocks, 3);
         assert_eq!(tree.entries(), 1, "one edge, not cut at the checkpoint");
-        remove_keyed(&*tree, &keys, &handles, 3);
+        remove(&*tree, &handles, 3);
         reader.join().unwrap();
         assert_eq!(tree.entries(), 0);
         assert!(tree.checkpoint(key(128), &tree.guard()).is_none());

@@ -209,7 +209,7 @@ mod tests {
         };
         assert!(layout.checkpoint(wrong, &guard).is_none());
         // SAFETY: as above.
-        unsafe { layout.remove_run(&keys, &handles, 5, &guard) };
+        unsafe { layout.remove_run(&handles, 5, &guard) };
         assert_eq!((layout.entries(), layout.tree.index().len()), (0, 0));
         assert!(
             layout

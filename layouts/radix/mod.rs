@@ -117,13 +117,13 @@ mod tests {
         assert_eq!((twins, again), (4, a.clone()));
         // A tail eviction moves the cutoff; the last worker out unlinks the nodes.
         // SAFETY: as above.
-        unsafe { tree.remove_run(&keys(2), &a[2..], 7, &guard) };
+        unsafe { tree.remove_run(&a[2..], 7, &guard) };
         assert_eq!(tree.cover(node, &guard).map(|c| c.cutoff(7)), Some(2));
         // SAFETY: as above.
-        unsafe { tree.remove_run(&keys(3), &b, 8, &guard) };
+        unsafe { tree.remove_run(&b, 8, &guard) };
         assert_eq!(tree.entries(), 1, "worker 7 keeps the first node");
         // SAFETY: as above.
-        unsafe { tree.remove_run(&keys(2), &a[..2], 7, &guard) };
+        unsafe { tree.remove_run(&a[..2], 7, &guard) };
         assert_eq!(tree.entries(), 0);
         assert!(tree.child(None, 0, LocalHash(1), &guard).is_none());
     }
@@ -175,7 +175,7 @@ mod tests {
         forks.sort_by_key(|f| (f.1 * 7) % 40);
         while let Some((slot, _, handles)) = forks.pop() {
             // SAFETY: as above.
-            unsafe { tree.remove_run(&keys(1), &handles, slot, &guard) };
+            unsafe { tree.remove_run(&handles, slot, &guard) };
             let live: Vec<u64> = forks.iter().map(|f| f.1).collect();
             assert!(reachable(&live), "after unlinking down to {}", live.len());
         }

@@ -198,8 +198,6 @@ impl<T: AsTree> Storage for T {
     type Guard<'a> = Guard;
     type Handle = Spot;
     const KEYED: bool = T::Index::STRIDE > 0;
-    /// A node keeps the keys it is indexed under (`Node::anchors`), so a cut unindexes it alone.
-    const KEYS_TO_REMOVE: bool = false;
 
     #[inline]
     fn guard(&self) -> Guard {
@@ -219,12 +217,6 @@ impl<T: AsTree> Storage for T {
         let keys = RunKeys::listed(core::slice::from_ref(&key));
         let twins = unsafe { self.add_run(parent, &keys, &[local], slot, guard, &mut handle) };
         (handle[0], twins == 0)
-    }
-
-    unsafe fn remove(&self, key: Key, handle: Spot, slot: Slot, guard: &Self::Guard<'_>) -> bool {
-        // SAFETY: the caller's contract, for a run of one block.
-        unsafe { self.remove_run(&[key], &[handle], slot, guard) };
-        true
     }
 
     unsafe fn stretch_locals<'g>(
@@ -324,22 +316,6 @@ impl<T: AsTree> Storage for T {
             tree.nodes.fetch_sub(unlinked as u64, Ordering::Relaxed);
         }
         mutated(guard);
-    }
-
-    unsafe fn remove_run(&self, _: &[Key], handles: &[Spot], slot: Slot, guard: &Self::Guard<'_>) {
-        // One cut per node, the deepest first: a run's blocks in one node are consecutive.
-        let mut end = handles.len();
-        while end > 0 {
-            let last = handles[end - 1];
-            let mut start = end - 1;
-            while start > 0 && handles[start - 1].same_node(last) {
-                start -= 1;
-            }
-            debug_assert_eq!(last.off - handles[start].off, (end - 1 - start) as u32);
-            // SAFETY: the caller's contract, for the blocks `start..end`, which are one stretch.
-            unsafe { self.remove_stretch(handles[start], (end - start) as u32, slot, guard) };
-            end = start;
-        }
     }
 
     fn entries(&self) -> usize {

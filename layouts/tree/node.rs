@@ -231,10 +231,6 @@ impl Spot {
         // SAFETY: the caller upholds I1, so the node is linked and allocated.
         unsafe { self.node.as_ref() }
     }
-
-    pub(super) fn same_node(self, other: Spot) -> bool {
-        self.node == other.node
-    }
 }
 
 /// A node made by [`Node::create`] that nobody else has seen yet: built before its parent's

@@ -640,8 +640,8 @@ impl<L: Layout> HeldBlocks<L> {
         }
         let mut keys = std::mem::take(&mut self.scratch);
         let mut locals = LOCALS.take();
-        // Keys are rolled for the layout, if it removes by key, and to find salted twins.
-        let keyed = L::KEYED && (L::KEYS_TO_REMOVE || !self.extra.is_empty());
+        // Keys are rolled only to find salted twins: a layout removes by handle.
+        let keyed = L::KEYED && !self.extra.is_empty();
         for (id, from) in below
             .into_iter()
             .rev()

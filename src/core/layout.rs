@@ -92,15 +92,11 @@ pub(crate) mod seam {
         type Search: Search;
 
         /// Whether the layout finds entries by [`Key`]. When it does not, the core rolls no
-        /// canonical hashes and passes no keys to [`add_run`](Self::add_run) and
-        /// [`remove_run`](Self::remove_run) (empty slices; the layout must override both).
+        /// canonical hashes and passes no keys to [`add_run`](Self::add_run) (an empty slice;
+        /// the layout must override it). Removals never take keys: a handle leads to everything
+        /// a layout must undo (a tree node keeps the keys it is indexed under), so an eviction
+        /// neither reads the evicted blocks' local hashes back nor rolls their keys.
         const KEYED: bool = true;
-
-        /// Whether [`remove_run`](Self::remove_run) needs the blocks' keys. A layout whose
-        /// handles lead to everything it must undo (a tree node keeps the key it is indexed
-        /// under) says no, and the core then passes none unless it needs them itself: an
-        /// eviction neither reads the evicted blocks' local hashes back nor rolls their keys.
-        const KEYS_TO_REMOVE: bool = true;
 
         /// Enters a read-side critical section.
         fn guard(&self) -> Self::Guard<'_>;
@@ -120,20 +116,6 @@ pub(crate) mod seam {
             slot: Slot,
             guard: &Self::Guard<'_>,
         ) -> (Self::Handle, bool);
-
-        /// Removes `slot` from the entry at `key` (with the handle `add` returned), dropping
-        /// the entry when nothing needs it any more. Returns `false` when `slot` was not there.
-        ///
-        /// # Safety
-        /// `handle` is what this layout returned for `key` and `slot`, and `slot` has not been
-        /// removed from that entry since (I1), so the entry is live.
-        unsafe fn remove(
-            &self,
-            key: Key,
-            handle: Self::Handle,
-            slot: Slot,
-            guard: &Self::Guard<'_>,
-        ) -> bool;
 
         /// The local hashes of `n` consecutive blocks of one stretch (see [`Stretch`]), the
         /// first at `first`: the core keeps a reachable block's local hash only in its entry.
@@ -189,8 +171,9 @@ pub(crate) mod seam {
         /// one handle a block made and grouped again.
         ///
         /// # Safety
-        /// As [`remove`](Self::remove), for each of the `n` blocks; nothing holds `slot` below
-        /// the last of them.
+        /// `first` and the `n - 1` handles after it are what this layout returned for `slot`'s
+        /// blocks, and `slot` has not been removed from those entries since (I1), so they are
+        /// live; nothing holds `slot` below the last of them.
         unsafe fn remove_stretch(
             &self,
             first: Self::Handle,
@@ -199,21 +182,23 @@ pub(crate) mod seam {
             guard: &Self::Guard<'_>,
         );
 
-        /// Removes `slot` from the entries of a run's blocks `keys` / `handles` (in run order),
-        /// the last block first, so that what readers see stays prefix-closed.
+        /// Removes `slot` from the entries of a run's blocks `handles` (in run order), the last
+        /// block first, so that what readers see stays prefix-closed: one
+        /// [`remove_stretch`](Self::remove_stretch) a stretch, the last first.
         ///
         /// # Safety
-        /// As [`remove`](Self::remove), for every block; nothing holds `slot` below the last.
-        unsafe fn remove_run(
-            &self,
-            keys: &[Key],
-            handles: &[Self::Handle],
-            slot: Slot,
-            guard: &Self::Guard<'_>,
-        ) {
-            for (key, handle) in keys.iter().zip(handles).rev() {
-                // SAFETY: the caller's contract, block by block.
-                unsafe { self.remove(*key, *handle, slot, guard) };
+        /// As [`remove_stretch`](Self::remove_stretch), for every block; nothing holds `slot`
+        /// below the last.
+        unsafe fn remove_run(&self, handles: &[Self::Handle], slot: Slot, guard: &Self::Guard<'_>) {
+            let mut end = handles.len();
+            while end > 0 {
+                let mut start = end - 1;
+                while start > 0 && handles[start - 1].follows(handles[start]) {
+                    start -= 1;
+                }
+                // SAFETY: the caller's contract, for the blocks `start..end`, one stretch.
+                unsafe { self.remove_stretch(handles[start], (end - start) as u32, slot, guard) };
+                end = start;
             }
         }
 
