@@ -265,12 +265,11 @@ struct Reached<'g, N> {
     gated: bool,
 }
 
-/// Where a walk may stop short of its end: at position `end`, if it went down to `hops` nodes
-/// or more on its way there and still has all of its `members` workers.
+/// Where a walk may stop short of its end: at position `end`, if it went down to
+/// [`HOPS_TO_GALLOP`] nodes or more on its way there and still has all of its `members` workers.
 #[derive(Clone, Copy, Debug)]
 struct Gate {
     end: u32,
-    hops: u32,
     members: usize,
 }
 
@@ -299,9 +298,9 @@ impl<'a, L: Tree> Walker<'a, '_, L> {
     }
 
     /// Walks from `from`, the query's block at `pos`, to the end of the query as
-    /// [`descend`](Self::descend) does, unless the walk went down to [`HOPS_TO_GALLOP`] nodes or
-    /// more by the time it reaches the query's block at the checkpoint `hi`, and none of the `members`
-    /// workers of `set` stopped before the node that holds it: then it stops there, as
+    /// [`descend`](Self::descend) does, unless the walk went down to [`HOPS_TO_GALLOP`] nodes
+    /// or more by the time it reaches the query's block at the checkpoint `hi`, and none of the
+    /// `members` workers of `set` stopped before the node that holds it: then it stops there, as
     /// [`land`](Self::land) does, and returns that block, leaving in `set` the workers holding
     /// it. `None`: walked to the end, everyone scored and `set` emptied.
     fn walk_unless_hopping(
@@ -316,7 +315,6 @@ impl<'a, L: Tree> Walker<'a, '_, L> {
         let end = u32::try_from(self.query.len()).unwrap_or(u32::MAX);
         let gate = Gate {
             end: hi + 1,
-            hops: HOPS_TO_GALLOP,
             members,
         };
         let at = self.narrow(from, pos, end, Some(gate), set, scores);
@@ -424,8 +422,8 @@ impl<'a, L: Tree> Walker<'a, '_, L> {
     /// first), so no phantom. Stops at `end`, where no worker is left, or where the tree has no
     /// child that continues the query.
     ///
-    /// With a `gate`, the walk also stops at `gate.end` if it went down to `gate.hops` nodes
-    /// or more by the node that holds the query's block before it, and nobody in `set` stopped
+    /// With a `gate`, the walk also stops at `gate.end` if it went down to [`HOPS_TO_GALLOP`]
+    /// nodes or more by the node that holds the query's block before it, and nobody in `set` stopped
     /// before that node (`Reached::gated`).
     ///
     /// Inlined where a query walks from the root (the radix layout's walk, the jump search's
@@ -455,7 +453,7 @@ impl<'a, L: Tree> Walker<'a, '_, L> {
             // set is counted last: at most once a walk).
             let stop = match gate {
                 Some(g)
-                    if hops >= g.hops
+                    if hops >= HOPS_TO_GALLOP
                         && pos < g.end
                         && g.end <= base + edge.len() as u32
                         && set.len() == g.members =>
@@ -635,8 +633,8 @@ fn jump_search<L: Checkpointed>(
         let Some(landing) = landing else {
             return scores;
         };
-        // Nobody stopped before the landing's node; whoever stopped in it makes the search
-        // walk on, as below.
+        // Probes only if nobody stopped on the way, in the landing's node included; otherwise
+        // the search walks on, as below.
         let steady = active.len() == members;
         (lo_block, lo, probing) = (landing, stride, steady);
         if steady {
