@@ -1,15 +1,16 @@
 //! `flashbench compare`: every layout of this build side by side with NVIDIA Dynamo's indexes
 //! (with the `dynamo` feature) on named workloads, in one process, interleaved rounds, medians.
 //!
-//! Each round runs every subject once on a fresh index, in turn, starting one subject further on
-//! than the round before, so drift of the shared machine, and whatever one subject leaves behind
-//! for the next, spreads over all of them; each cell is the median over the rounds. Every query a subject
+//! Each round runs every subject once on a fresh index, in an order shuffled afresh every round
+//! ([`order`]), so that drift of the shared machine, and whatever one subject leaves behind for
+//! the next, spreads over all of them; each cell is the median over the rounds. Every query a subject
 //! answers (and, for trace replays, every query of a separate checked replay) is compared with
 //! the reference's answer: the `differing` column.
 
 #[cfg(feature = "dynamo")]
 pub mod dynamo;
 pub mod measure;
+pub mod order;
 mod output;
 pub mod presets;
 pub mod reference;
@@ -127,11 +128,7 @@ pub fn compare(
             .collect();
         let rounds = cfg.rounds.max(preset.min_rounds).max(1);
         for round in 0..rounds {
-            // Each round starts one subject further on, so that no subject always follows the
-            // same one (whose teardown, freeing hundreds of megabytes and joining its threads,
-            // can still weigh on the next subject's first phase).
-            for k in 0..subjects.len() {
-                let i = (round + k) % subjects.len();
+            for i in order::of_round(round, subjects.len()) {
                 let (s, (_, _, of_subject)) = (&subjects[i], &mut runs[i]);
                 eprintln!("{name}: round {} of {rounds}, {}", round + 1, s.name);
                 of_subject.push(measure::run(s, &preset, &expected, cfg.threads, round == 0));
