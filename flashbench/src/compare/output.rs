@@ -1,4 +1,4 @@
-//! The comparison's tables (Markdown), raw medians (JSON) and figures (SVG).
+//! The comparison's tables (Markdown), medians and every round's values (JSON) and figures (SVG).
 
 use super::measure::Run;
 use super::presets::DEPTHS;
@@ -151,9 +151,14 @@ pub fn write(outcomes: &[Outcome], cfg: &CompareConfig, dir: &Path) -> Result<()
         let mut of_preset = serde_json::Map::new();
         for (name, _, runs) in &o.runs {
             let mut cells = serde_json::Map::new();
+            // Every round's value beside the median, in the order the rounds ran: the spread
+            // the median hides.
+            let mut per_round = serde_json::Map::new();
             for c in o.preset.columns.iter().chain(runs[0].values.keys()) {
                 if let Some(v) = median_of(runs, c) {
                     cells.insert(c.clone(), v.into());
+                    let values: Vec<Option<f64>> = runs.iter().map(|r| value(r, c)).collect();
+                    per_round.insert(c.clone(), values.into());
                 }
             }
             cells.insert(
@@ -164,6 +169,7 @@ pub fn write(outcomes: &[Outcome], cfg: &CompareConfig, dir: &Path) -> Result<()
                 "checked".into(),
                 runs.iter().map(|r| r.checked).sum::<u64>().into(),
             );
+            cells.insert("rounds".into(), per_round.into());
             of_preset.insert(name.clone(), cells.into());
         }
         json.insert(o.preset.name.into(), of_preset.into());
