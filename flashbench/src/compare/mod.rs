@@ -1,9 +1,10 @@
 //! `flashbench compare`: every layout of this build side by side with NVIDIA Dynamo's indexes
 //! (with the `dynamo` feature) on named workloads, in one process, interleaved rounds, medians.
 //!
-//! Each round runs every subject once on a fresh index, in an order shuffled afresh every round
-//! ([`order`]), so that drift of the shared machine, and whatever one subject leaves behind for
-//! the next, spreads over all of them; each cell is the median over the rounds. Every query a subject
+//! Each round runs every subject once on a fresh index, the rounds in orders where every subject
+//! directly follows every other equally often ([`order`]), so that drift of the shared machine,
+//! and whatever one subject leaves behind for the next, spreads over all of them; each cell is
+//! the median over the rounds. Every query a subject
 //! answers (and, for trace replays, every query of a separate checked replay) is compared with
 //! the reference's answer: the `differing` column.
 
