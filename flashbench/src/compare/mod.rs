@@ -4,9 +4,9 @@
 //! Each round runs every subject once on a fresh index, the rounds in orders where every subject
 //! directly follows every other equally often ([`order`]), so that drift of the shared machine,
 //! and whatever one subject leaves behind for the next, spreads over all of them; each cell is
-//! the median over the rounds. Every query a subject
-//! answers (and, for trace replays, every query of a separate checked replay) is compared with
-//! the reference's answer: the `differing` column.
+//! the median over the rounds. Every query a subject answers (and, for trace replays, every
+//! query of a separate checked replay) is compared with the reference's answer: the `differing`
+//! column.
 
 #[cfg(feature = "dynamo")]
 pub mod dynamo;
