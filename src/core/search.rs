@@ -423,8 +423,8 @@ impl<'a, L: Tree> Walker<'a, '_, L> {
     /// child that continues the query.
     ///
     /// With a `gate`, the walk also stops at `gate.end` if it went down to [`HOPS_TO_GALLOP`]
-    /// nodes or more by the node that holds the query's block before it, and nobody in `set` stopped
-    /// before that node (`Reached::gated`).
+    /// nodes or more by the node that holds the query's block before it, and nobody in `set`
+    /// stopped before that node (`Reached::gated`).
     ///
     /// Inlined where a query walks from the root (the radix layout's walk, the jump search's
     /// first leg, where most queries end, and its descents), so that each copy is specialised

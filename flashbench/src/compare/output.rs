@@ -155,9 +155,9 @@ pub fn write(outcomes: &[Outcome], cfg: &CompareConfig, dir: &Path) -> Result<()
             // the median hides.
             let mut per_round = serde_json::Map::new();
             for c in o.preset.columns.iter().chain(runs[0].values.keys()) {
-                if let Some(v) = median_of(runs, c) {
+                let values: Vec<Option<f64>> = runs.iter().map(|r| value(r, c)).collect();
+                if let Some(v) = median(values.iter().flatten().copied().collect()) {
                     cells.insert(c.clone(), v.into());
-                    let values: Vec<Option<f64>> = runs.iter().map(|r| value(r, c)).collect();
                     per_round.insert(c.clone(), values.into());
                 }
             }
