@@ -3,6 +3,11 @@
 A router asks which worker caches the longest prefix of a request; engines' KV events keep the
 index current. Workers are ``(worker_id, dp_rank)`` tuples (a bare ``worker_id`` means rank 0);
 hashes are unsigned 64-bit integers. Every call that does work releases the GIL.
+
+Bad input raises ValueError and changes nothing; the one exception is a removal naming blocks a
+worker does not hold, which removes the others (the contract's warning): ``Index.apply_removed``
+returns the unknown ones, ``RadixTree.apply_event`` raises ``UnknownBlocksError``. No input
+crashes the interpreter; a bug inside the crate raises RuntimeError, never PanicException.
 """
 
 from typing import Dict, List, Literal, Optional, Sequence, Tuple, Union
@@ -25,7 +30,7 @@ def local_hashes(
 ) -> List[int]:
     """Local hashes of the full blocks of ``tokens``, bit-compatible with Dynamo's
     ``compute_block_hash_for_seq`` (``salt`` is Dynamo's cache namespace). A trailing partial
-    block is dropped. Raises ValueError for ``block_size`` 0."""
+    block is dropped. Raises ValueError for a ``block_size`` outside 1..=2**20."""
 
 def seq_hashes(local_hashes: Sequence[int]) -> List[int]:
     """Dynamo's sequence hashes of a chain of local hashes."""
@@ -35,6 +40,10 @@ def vllm_block_hashes(
 ) -> List[int]:
     """vLLM's block hashes (``sha256_cbor``) of the full blocks of ``tokens``, as its KV events
     publish them (the digest's low 64 bits). ``hash_seed`` is the engine's ``PYTHONHASHSEED``."""
+
+class UnknownBlocksError(RuntimeError):
+    """A removal named blocks the worker did not hold: the others were removed (the contract's
+    warning, not a refusal). A RuntimeError, as Dynamo's ``RadixTree`` raises for it."""
 
 class Index:
     """The index of a fleet, exact from engines' events; with ``approximate``, also predicted
@@ -114,7 +123,8 @@ class RadixTree:
     def find_matches(self, sequence: List[int], early_exit: bool = False) -> OverlapScores: ...
     def apply_event(self, worker_id: int, kv_cache_event_bytes: bytes) -> None:
         """Raises ValueError for bytes that are not a KvCacheEvent, RuntimeError for an event
-        the index refuses."""
+        the index refuses (nothing changed), and ``UnknownBlocksError`` after a removal that
+        named blocks the worker did not hold (the others were removed)."""
     def remove_worker(self, worker_id: int) -> None: ...
     def clear_all_blocks(self, worker_id: int) -> None: ...
     def dump_tree_as_events(self) -> List[str]: ...

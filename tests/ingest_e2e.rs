@@ -749,6 +749,63 @@ fn a_frame_header_announcing_a_terabyte_is_refused_and_counted() {
     });
 }
 
+#[test]
+fn wild_sequence_numbers_are_counted_not_summed() {
+    // Issue 54: after a jump from 0 to 2^64 - 2, `lost` read 18446744073709551615.
+    each_layout(|name, router| {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let address = format!("tcp://{}", listener.local_addr().unwrap());
+        let subscriber = router.subscribe(vec![EngineEndpoint::new(address).with_worker(1)]);
+        let (mut engine, _) = listener.accept().unwrap();
+        zmtp_pub_handshake(&mut engine);
+        let worker = Worker::new(1, 0);
+        // Each message stores its own root block; the last one must be applied.
+        let seqs = [
+            0,
+            u64::MAX - 1,
+            3,
+            3 + (1 << 33),
+            4 + (1 << 33),
+            10 + (1 << 33),
+        ];
+        let deadline = Instant::now() + Duration::from_secs(10);
+        for (k, &seq) in seqs.iter().enumerate() {
+            let first = 16 * k as u32;
+            // PUB drops messages sent before the subscription reaches it: send until applied.
+            while router.pool.find_matches(&query_for(first)).get(worker) != Some(1) {
+                assert!(
+                    Instant::now() < deadline,
+                    "{name}: {:?}",
+                    subscriber.stats()
+                );
+                zmtp_frame(&mut engine, b"", true);
+                zmtp_frame(&mut engine, &seq.to_be_bytes(), true);
+                zmtp_frame(&mut engine, &batch_storing(first, 100 + k as u64), false);
+                std::thread::sleep(Duration::from_millis(20));
+                router.pool.flush();
+                if k > 0 {
+                    // Resent copies of one message are behind it: only the first counts.
+                    break;
+                }
+            }
+        }
+        let wait = Instant::now() + Duration::from_secs(10);
+        while router.pool.find_matches(&query_for(16 * 5)).get(worker) != Some(1) {
+            assert!(Instant::now() < wait, "{name}: {:?}", subscriber.stats());
+            std::thread::sleep(Duration::from_millis(10));
+            router.pool.flush();
+        }
+        let stats = subscriber.stats();
+        assert_eq!(stats.jumps, 2, "{name}: {stats:?}");
+        assert_eq!(
+            stats.lost, 5,
+            "{name}: the gap from 4 + 2^33 to 10 + 2^33; {stats:?}"
+        );
+        assert!(stats.restarts >= 1, "{name}: {stats:?}");
+        subscriber.shutdown();
+    });
+}
+
 /// An engine whose replay socket answers every request with an endless stream of numbers that
 /// are never the ones asked for, and never an end marker. Live messages store the root block of
 /// tokens `16 k ..` for message `k`, skipping some numbers so that there are gaps to repair.

@@ -29,6 +29,21 @@ pub(crate) fn scores<'py>(py: Python<'py>, scores: &OverlapScores) -> PyResult<B
     Ok(dict)
 }
 
+pyo3::create_exception!(
+    flash_indexer,
+    UnknownBlocksError,
+    pyo3::exceptions::PyRuntimeError,
+    "A removal named blocks the worker did not hold: the others were removed (the contract's \
+     warning, not a refusal). A RuntimeError, as Dynamo's RadixTree raises for it."
+);
+
+/// The warning of a removal that named blocks the worker did not hold, as `UnknownBlocksError`.
+pub(crate) fn unknown_blocks(error: &EventError) -> PyErr {
+    UnknownBlocksError::new_err(format!(
+        "Failed to apply event: {error} (the other blocks were removed)"
+    ))
+}
+
 /// An event the index refused, as the `ValueError` the crate's message explains.
 pub(crate) fn event_error(error: EventError) -> PyErr {
     PyValueError::new_err(error.to_string())

@@ -16,6 +16,7 @@ use pyo3::prelude::*;
 
 mod convert;
 mod dynamo_event;
+mod guard;
 mod hashing;
 mod index;
 mod radix_tree;
@@ -28,6 +29,10 @@ fn flash_indexer(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<radix_tree::RadixTree>()?;
     m.add_class::<radix_tree::OverlapScores>()?;
     m.add_class::<subscriber::Subscriber>()?;
+    m.add(
+        "UnknownBlocksError",
+        m.py().get_type::<convert::UnknownBlocksError>(),
+    )?;
     m.add_function(wrap_pyfunction!(hashing::local_hashes, m)?)?;
     m.add_function(wrap_pyfunction!(hashing::seq_hashes, m)?)?;
     m.add_function(wrap_pyfunction!(hashing::vllm_block_hashes, m)?)?;

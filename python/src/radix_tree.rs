@@ -85,7 +85,7 @@ impl RadixTree {
         let _ = early_exit;
         let query = crate::convert::local_hashes(sequence)?;
         let index = &self.index;
-        let found = py.detach(|| index.find_matches(&query));
+        let found = crate::guard::detach(py, || index.find_matches(&query))?;
         Ok(OverlapScores {
             found,
             scores: PyOnceLock::new(),
@@ -93,8 +93,10 @@ impl RadixTree {
     }
 
     /// Applies one of Dynamo's `KvCacheEvent`s (JSON bytes) of `worker_id`. Raises ValueError
-    /// for bytes that do not deserialize, RuntimeError for an event the index refuses (unknown
-    /// parent or block, conflicting hashes), as Dynamo's does.
+    /// for bytes that do not deserialize and RuntimeError for an event the index refuses
+    /// (unknown parent, conflicting hashes), changing nothing, as Dynamo's does. A removal that
+    /// names blocks the worker does not hold removes the others and then raises
+    /// `UnknownBlocksError` (a RuntimeError, as Dynamo's raises), the contract's warning.
     fn apply_event(
         &self,
         py: Python<'_>,
@@ -102,7 +104,7 @@ impl RadixTree {
         kv_cache_event_bytes: &[u8],
     ) -> PyResult<()> {
         let index = &self.index;
-        py.detach(|| {
+        crate::guard::detach(py, || {
             let event = crate::dynamo_event::parse(kv_cache_event_bytes).map_err(|e| {
                 PyValueError::new_err(format!("Failed to deserialize KvCacheEvent: {e}"))
             })?;
@@ -114,29 +116,30 @@ impl RadixTree {
                 EventData::Removed(seqs) => Event::removed(worker, event.event_id, seqs),
                 EventData::Cleared => Event::cleared(worker, event.event_id),
             };
-            index.apply(&event).map_err(|e: EventError| {
-                PyRuntimeError::new_err(format!("Failed to apply event: {e}"))
+            index.apply(&event).map_err(|e: EventError| match e {
+                EventError::UnknownBlocks { .. } => crate::convert::unknown_blocks(&e),
+                e => PyRuntimeError::new_err(format!("Failed to apply event: {e}")),
             })
-        })
+        })?
     }
 
     /// Removes every block of `worker_id`, all ranks.
-    fn remove_worker(&self, py: Python<'_>, worker_id: u64) {
+    fn remove_worker(&self, py: Python<'_>, worker_id: u64) -> PyResult<()> {
         let index = &self.index;
-        py.detach(|| index.remove_worker(worker_id));
+        crate::guard::detach(py, || index.remove_worker(worker_id))
     }
 
     /// Clears every block of `worker_id`, all ranks (as Dynamo's does).
-    fn clear_all_blocks(&self, py: Python<'_>, worker_id: u64) {
+    fn clear_all_blocks(&self, py: Python<'_>, worker_id: u64) -> PyResult<()> {
         let index = &self.index;
-        py.detach(|| index.remove_worker(worker_id));
+        crate::guard::detach(py, || index.remove_worker(worker_id))
     }
 
     /// The index as Dynamo's JSON `RouterEvent`s, one string per event: applied in order to an
     /// empty tree they give the same answers.
-    fn dump_tree_as_events(&self, py: Python<'_>) -> Vec<String> {
+    fn dump_tree_as_events(&self, py: Python<'_>) -> PyResult<Vec<String>> {
         let index = &self.index;
-        py.detach(|| {
+        crate::guard::detach(py, || {
             index
                 .dump()
                 .into_iter()

@@ -80,9 +80,10 @@ impl Subscriber {
         let shared: Arc<dyn KvIndex> = index.index.clone();
         let pool: Arc<WriterPool<dyn KvIndex>> =
             Arc::new(WriterPool::new(shared, PoolConfig::default()));
-        let subscriber = py
-            .detach(|| ingest::Subscriber::spawn(pool.clone(), endpoints, config))
-            .map_err(|e| PyValueError::new_err(e.to_string()))?;
+        let subscriber = crate::guard::detach(py, || {
+            ingest::Subscriber::spawn(pool.clone(), endpoints, config)
+        })?
+        .map_err(|e| PyValueError::new_err(e.to_string()))?;
         Ok(Self {
             running: Mutex::new(Some(Running { subscriber, pool })),
         })
@@ -110,18 +111,18 @@ impl Subscriber {
             Some(running) => running.pool.clone(),
             None => return Err(PyRuntimeError::new_err("the subscriber is closed")),
         };
-        py.detach(|| pool.flush());
-        Ok(())
+        crate::guard::detach(py, || pool.flush())
     }
 
     /// Stops the threads, applying what was received. Closing twice does nothing.
-    fn close(&self, py: Python<'_>) {
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
         let running = self.running.lock().expect("never poisoned").take();
-        if let Some(Running { subscriber, pool }) = running {
-            py.detach(|| {
+        match running {
+            Some(Running { subscriber, pool }) => crate::guard::detach(py, || {
                 subscriber.shutdown();
                 pool.flush();
-            });
+            }),
+            None => Ok(()),
         }
     }
 
@@ -135,7 +136,7 @@ impl Subscriber {
         _kind: Option<Bound<'_, PyAny>>,
         _value: Option<Bound<'_, PyAny>>,
         _traceback: Option<Bound<'_, PyAny>>,
-    ) {
-        self.close(py);
+    ) -> PyResult<()> {
+        self.close(py)
     }
 }

@@ -370,8 +370,11 @@ fn read_file(path: &Path) -> Result<FileConfig, ConfigError> {
 }
 
 fn check_block_size(size: usize) -> Result<(), ConfigError> {
-    if size == 0 {
-        return Err(ConfigError::Invalid("a block size of 0 tokens".to_owned()));
+    if size == 0 || size > flash_indexer::hash::MAX_BLOCK_SIZE {
+        return Err(ConfigError::Invalid(format!(
+            "a block size of {size} tokens (1 to {} are accepted)",
+            flash_indexer::hash::MAX_BLOCK_SIZE
+        )));
     }
     Ok(())
 }

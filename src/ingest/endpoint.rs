@@ -113,6 +113,11 @@ impl EngineEndpoint {
             if rest.is_empty() {
                 return Err(bad(address, "the address after the scheme is empty"));
             }
+            // The socket library takes C strings: a NUL would end the address early (and its
+            // binding panics on one).
+            if address.contains('\0') {
+                return Err(bad(address, "the address contains a NUL byte"));
+            }
         }
         if self.dial == Dial::Bind && self.replay.is_some() {
             return Err(bad(

@@ -47,10 +47,17 @@ pub(crate) enum SeqCheck {
     AlreadyApplied,
     /// Messages `first ..= last` are missing.
     Gap { first: u64, last: u64 },
+    /// So far ahead (over [`MAX_GAP`] numbers skipped) that no engine published the messages in
+    /// between: nonsense or a new numbering, not a loss to count.
+    Jump,
     /// Not after the last one applied, and not covered by a replay: the engine restarted and
     /// numbers from 0 again (or sent nonsense).
     Behind,
 }
+
+/// The most sequence numbers one gap may skip and still count as lost messages: 2^32, days of
+/// batches at any rate an engine publishes. A larger gap is a [`SeqCheck::Jump`].
+pub(crate) const MAX_GAP: u64 = 1 << 32;
 
 /// The last sequence number applied from one publisher.
 ///
@@ -78,6 +85,8 @@ impl SeqTracker {
                 Some(end) if seq <= end => SeqCheck::AlreadyApplied,
                 _ => SeqCheck::Behind,
             }
+        } else if seq - last - 1 > MAX_GAP {
+            SeqCheck::Jump
         } else {
             SeqCheck::Gap {
                 first: last + 1,
@@ -142,6 +151,16 @@ mod tests {
     #[test]
     fn wild_numbers_neither_overflow_nor_wedge() {
         let mut tracker = SeqTracker::default();
+        tracker.applied(0);
+        assert_eq!(tracker.check(u64::MAX - 1), SeqCheck::Jump);
+        assert_eq!(
+            tracker.check(MAX_GAP + 1),
+            SeqCheck::Gap {
+                first: 1,
+                last: MAX_GAP
+            }
+        );
+        assert_eq!(tracker.check(MAX_GAP + 2), SeqCheck::Jump);
         tracker.applied(u64::MAX - 1);
         assert_eq!(tracker.check(u64::MAX), SeqCheck::Next);
         tracker.applied(u64::MAX);

@@ -37,8 +37,11 @@ crate::counters::counters! {
         gaps,
         /// Messages recovered through replay to fill gaps.
         replayed,
-        /// Messages lost: skipped sequence numbers that no replay filled.
+        /// Messages lost: skipped sequence numbers that no replay filled (at most 2^32 a gap).
         lost,
+        /// Sequence numbers over 2^32 ahead of the last: no engine skipped that many, so they
+        /// are counted here rather than as lost messages, and the publisher is resynchronized.
+        jumps,
         /// Sequence numbers that went backwards outside a replay: engine restarts.
         restarts,
         /// Resynchronizations: the engine's workers cleared and rebuilt from its replay buffer

@@ -404,6 +404,10 @@ impl<I: KvIndex + ?Sized + 'static> EndpointTask<I> {
                     bump(&counters.lost, lost);
                     self.problem(format!("lost {lost} messages before seq {seq}"));
                 }
+                SeqCheck::Jump => {
+                    bump(&counters.jumps, 1);
+                    self.problem(format!("sequence number {seq} is far ahead of the last"));
+                }
                 SeqCheck::Behind => {
                     bump(&counters.restarts, 1);
                 }

@@ -1,0 +1,98 @@
+//! The server's request bodies and paths on arbitrary bytes, through its real router (every
+//! layer: body limit, JSON extraction, handlers, the panic catcher). No request may panic a
+//! handler (libFuzzer's panic hook aborts even on a panic the server would catch) or answer 500;
+//! every refusal is a 4xx. Engines are not registered here: `POST /workers` would dial sockets.
+#![no_main]
+
+use axum::body::Body;
+use axum::http::{Method, Request, StatusCode, header};
+use clap::Parser;
+use flash_indexer::{Block, Event, LocalHash, SeqHash, Worker, hash};
+use flash_indexer_server::config::{Cli, Settings};
+use flash_indexer_server::service::Service;
+use flash_indexer_server::snapshot::{Contents, IndexDump};
+use libfuzzer_sys::fuzz_target;
+use std::sync::{Arc, OnceLock};
+use tower::ServiceExt;
+
+/// One server for the whole run: model `m` (blocks of 4), worker 1 holding the chain of tokens
+/// `0..16` on the GPU.
+fn app() -> &'static (tokio::runtime::Runtime, axum::Router) {
+    static APP: OnceLock<(tokio::runtime::Runtime, axum::Router)> = OnceLock::new();
+    APP.get_or_init(|| {
+        let cli = Cli::parse_from(["server", "--block-size", "4", "--model", "m"]);
+        let service = Service::new(Settings::from_cli(cli).expect("settings"));
+        let tokens: Vec<u32> = (0..16).collect();
+        let locals = hash::local_hashes(&tokens, 4);
+        let blocks = locals
+            .iter()
+            .zip(hash::seq_hashes(&locals))
+            .map(|(&l, s): (&LocalHash, SeqHash)| Block::new(l, s))
+            .collect();
+        service.restore(&Contents {
+            taken_unix_ms: 0,
+            indexes: vec![IndexDump {
+                model: "m".into(),
+                tier: "GPU".into(),
+                events: vec![Event::stored(Worker::new(1, 0), 0, None, blocks)],
+            }],
+        });
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        (runtime, flash_indexer_server::api::router(service, None))
+    })
+}
+
+fuzz_target!(|data: &[u8]| {
+    let Some((&selector, body)) = data.split_first() else {
+        return;
+    };
+    let request = match selector % 4 {
+        // The query route, with and without a JSON content type.
+        0 | 1 => {
+            let mut builder = Request::builder().method(Method::POST).uri("/query");
+            if selector % 4 == 0 {
+                builder = builder.header(header::CONTENT_TYPE, "application/json");
+            }
+            builder.body(Body::from(body.to_vec()))
+        }
+        // A worker id that is not a number, or one nobody registered.
+        2 => {
+            let id: String = String::from_utf8_lossy(body)
+                .chars()
+                .filter(|c| c.is_ascii_alphanumeric() || "-_.~%".contains(*c))
+                .take(40)
+                .collect();
+            Request::builder()
+                .method(Method::DELETE)
+                .uri(format!("/workers/{id}"))
+                .body(Body::empty())
+        }
+        // Any path, read-only.
+        _ => {
+            let path: String = String::from_utf8_lossy(body)
+                .chars()
+                .filter(|c| c.is_ascii_graphic())
+                .take(64)
+                .collect();
+            Request::builder()
+                .method(Method::GET)
+                .uri(format!("/{path}"))
+                .body(Body::empty())
+        }
+    };
+    let Ok(request) = request else {
+        return;
+    };
+    let (runtime, router) = app();
+    let response = runtime
+        .block_on(router.clone().oneshot(request))
+        .expect("infallible");
+    assert_ne!(
+        response.status(),
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "a request answered 500"
+    );
+});
