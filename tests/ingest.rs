@@ -473,6 +473,8 @@ fn mapping_rejects_partial_blocks_and_filters_tiers() {
                 medium: medium.map(str::to_owned),
                 lora_name: lora.1.map(str::to_owned),
                 group_idx: None,
+                extra_keys: None,
+                cache_salt: None,
             })
         };
     let batch = KvEventBatch {
@@ -580,4 +582,366 @@ fn committed_decode_corpus_and_regressions_run_clean() {
         }
     }
     assert!(inputs > 0, "the committed decode corpus is missing");
+}
+
+/// A `BlockStored` with no hashes, no tokens and the given block size, in `encoding`.
+fn empty_stored_bytes(encoding: Encoding, block_size: u32) -> Vec<u8> {
+    let event = encode_struct(
+        encoding,
+        Some("BlockStored"),
+        vec![
+            ("block_hashes", Value::Array(vec![])),
+            ("parent_block_hash", Value::Nil),
+            ("token_ids", Value::Array(vec![])),
+            ("block_size", Value::from(block_size)),
+            ("lora_id", Value::Nil),
+            ("medium", Value::from("GPU")),
+        ],
+    );
+    batch_bytes(encoding, vec![event], None)
+}
+
+#[test]
+fn an_absurd_block_size_is_refused_before_anything_is_reserved() {
+    // Issue 54: this event made the mapper reserve block_size × 4 bytes (16 GiB) and abort.
+    for encoding in [Encoding::Array, Encoding::Map] {
+        for block_size in [u32::MAX, (hash::MAX_BLOCK_SIZE + 1) as u32] {
+            let bytes = empty_stored_bytes(encoding, block_size);
+            let before = CountingAlloc::live_bytes();
+            CountingAlloc::reset_peak();
+            let batch = decode_batch(&bytes, Engine::Vllm).unwrap();
+            let mapped = EventMapper::new(1, MapConfig::default()).map(&batch, 0);
+            let peak = CountingAlloc::peak_bytes().saturating_sub(before);
+            assert!(peak < 64 << 20, "{encoding:?} {block_size}: {peak} bytes");
+            assert_eq!(
+                mapped.rejected,
+                vec![MapError::BlockSizeTooLarge { block_size }]
+            );
+            assert!(mapped.events.is_empty());
+            assert!(mapped.rejected[0].to_string().contains("over the largest"));
+        }
+        // The largest accepted size maps (to nothing: the event has no blocks).
+        let bytes = empty_stored_bytes(encoding, hash::MAX_BLOCK_SIZE as u32);
+        let batch = decode_batch(&bytes, Engine::Vllm).unwrap();
+        let mapped = EventMapper::new(1, MapConfig::default()).map(&batch, 0);
+        assert!(mapped.rejected.is_empty());
+        let index = NaiveIndexer::default();
+        for event in &mapped.events {
+            index.apply(event).unwrap();
+        }
+    }
+}
+
+#[test]
+fn an_endpoint_with_a_nul_byte_is_refused_before_any_socket() {
+    use flash_indexer::ingest::{EngineEndpoint, IngestError, Subscriber, SubscriberConfig};
+    use flash_indexer::pool::{PoolConfig, WriterPool};
+    use std::sync::Arc;
+
+    // Issue 54: ZeroMQ's binding panicked on these (`CString::new(..).unwrap()`).
+    let pool = Arc::new(WriterPool::new(
+        Arc::new(NaiveIndexer::default()),
+        PoolConfig::default(),
+    ));
+    let endpoints = [
+        EngineEndpoint::new("tcp://127.0.0.1:5557\0").with_worker(1),
+        EngineEndpoint::new("tcp://127.0.0.1:5557")
+            .with_replay("tcp://127.0.0.1:5558\0")
+            .with_worker(1),
+        EngineEndpoint::bind("ipc:///tmp/x\0y").with_worker(1),
+    ];
+    for endpoint in endpoints {
+        let error = Subscriber::spawn(Arc::clone(&pool), [endpoint], SubscriberConfig::default())
+            .expect_err("refused");
+        assert!(
+            matches!(&error, IngestError::BadEndpoint { reason, .. } if reason.contains("NUL")),
+            "{error}"
+        );
+    }
+}
+
+#[test]
+fn committed_ingest_corpus_and_regressions_run_clean() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz");
+    let mut inputs = 0;
+    for dir in ["corpus/ingest", "regressions/ingest"] {
+        let Ok(entries) = std::fs::read_dir(root.join(dir)) else {
+            continue;
+        };
+        for path in entries.filter_map(Result::ok).map(|e| e.path()) {
+            let data = std::fs::read(&path).unwrap();
+            if let Err(divergence) = flash_indexer::testing::run_ingest_input(&data) {
+                panic!("{}: {divergence}", path.display());
+            }
+            inputs += 1;
+        }
+    }
+    assert!(inputs > 0, "the committed ingest corpus is missing");
+}
+
+/// A `BlockStored` in vLLM 0.33's field order, with per-block `extra_keys` and any other
+/// trailing fields.
+fn keyed_stored(
+    encoding: Encoding,
+    hashes: &[u64],
+    tokens: &[u32],
+    lora_name: Option<&str>,
+    extra_keys: Value,
+    trailing: Vec<(&'static str, Value)>,
+) -> Value {
+    let mut fields = vec![
+        (
+            "block_hashes",
+            Value::Array(hashes.iter().map(|&h| Value::from(h)).collect()),
+        ),
+        ("parent_block_hash", Value::Nil),
+        (
+            "token_ids",
+            Value::Array(tokens.iter().map(|&t| Value::from(t)).collect()),
+        ),
+        ("block_size", Value::from(16)),
+        ("lora_id", lora_name.map_or(Value::Nil, |_| Value::from(1))),
+        ("medium", Value::from("GPU")),
+        ("lora_name", lora_name.map_or(Value::Nil, Value::from)),
+        ("extra_keys", extra_keys),
+    ];
+    fields.extend(trailing);
+    encode_struct(encoding, Some("BlockStored"), fields)
+}
+
+fn mm_pair(identifier: &str, offset: i64) -> Value {
+    Value::Array(vec![Value::from(identifier), Value::from(offset)])
+}
+
+#[test]
+fn extra_keys_key_blocks_as_vllm_does() {
+    use flash_indexer::hash::{Features, MmItem, Salt};
+
+    let tokens: Vec<u32> = (500..564).collect();
+    let image = [MmItem {
+        identifier: "image-a",
+        offset: 20,
+        length: 24,
+    }];
+    for encoding in [Encoding::Array, Encoding::Map] {
+        // Worker 1: an image over blocks 1 and 2, under LoRA `adapter`, with a prompt-embeds
+        // digest on block 3 and vLLM 0.33's trailing fields after the keys. Worker 2: a salted
+        // request. Worker 3: SGLang's top-level salt.
+        let lora = Value::from("adapter");
+        let image_keys = Value::Array(vec![
+            Value::Array(vec![lora.clone()]),
+            Value::Array(vec![lora.clone(), mm_pair("image-a", 4)]),
+            Value::Array(vec![lora.clone(), mm_pair("image-a", -12)]),
+            Value::Array(vec![lora, Value::Binary(vec![7; 32])]),
+        ]);
+        let trailing = vec![
+            ("group_idx", Value::from(0)),
+            ("kv_cache_spec_kind", Value::from("full_attention")),
+        ];
+        let salted_keys = Value::Array(vec![
+            Value::Array(vec![Value::from("tenant-x")]),
+            Value::Nil,
+            Value::Nil,
+            Value::Nil,
+        ]);
+        let sglang = keyed_stored(
+            encoding,
+            &[31, 32, 33, 34],
+            &tokens,
+            None,
+            Value::Nil,
+            vec![("cache_salt", Value::from("tenant-x"))],
+        );
+        let events = [
+            (
+                1,
+                keyed_stored(
+                    encoding,
+                    &[1, 2, 3, 4],
+                    &tokens,
+                    Some("adapter"),
+                    image_keys,
+                    trailing,
+                ),
+            ),
+            (
+                2,
+                keyed_stored(
+                    encoding,
+                    &[11, 12, 13, 14],
+                    &tokens,
+                    None,
+                    salted_keys,
+                    vec![],
+                ),
+            ),
+            (3, sglang),
+        ];
+        let index = NaiveIndexer::default();
+        for (worker, event) in events {
+            if worker == 3 && matches!(encoding, Encoding::Array) {
+                continue; // SGLang's `cache_salt` is read by name: map encoding only.
+            }
+            let batch =
+                decode_batch(&batch_bytes(encoding, vec![event], None), Engine::Vllm).unwrap();
+            let mapped = EventMapper::new(worker, MapConfig::default()).map(&batch, 0);
+            assert_eq!(mapped.rejected, vec![], "{encoding:?} worker {worker}");
+            for event in &mapped.events {
+                index.apply(event).unwrap();
+            }
+        }
+        let depth = |features: Features<'_>, worker: u64| {
+            let query = hash::local_hashes_with_features(&tokens, 16, &features);
+            index
+                .find_matches(&query)
+                .get(Worker::new(worker, 0))
+                .unwrap_or(0)
+        };
+        let lora = Salt::lora("adapter");
+        let with_image = Features {
+            salt: lora,
+            mm: &image,
+            ..Features::default()
+        };
+        // Blocks 0-2 carry what a query can say; block 3's prompt embeddings it cannot.
+        assert_eq!(depth(with_image, 1), 3, "{encoding:?}");
+        let other = [MmItem {
+            identifier: "image-b",
+            ..image[0]
+        }];
+        assert_eq!(
+            depth(
+                Features {
+                    mm: &other,
+                    ..with_image
+                },
+                1
+            ),
+            1
+        );
+        let later = [MmItem {
+            offset: 21,
+            ..image[0]
+        }];
+        assert_eq!(
+            depth(
+                Features {
+                    mm: &later,
+                    ..with_image
+                },
+                1
+            ),
+            1
+        );
+        assert_eq!(
+            depth(
+                Features {
+                    salt: lora,
+                    ..Features::default()
+                },
+                1
+            ),
+            1
+        );
+        assert_eq!(
+            depth(
+                Features {
+                    mm: &image,
+                    ..Features::default()
+                },
+                1
+            ),
+            0
+        );
+        let salted_workers: &[u64] = match encoding {
+            Encoding::Array => &[2],
+            Encoding::Map => &[2, 3],
+        };
+        for &worker in salted_workers {
+            let salted = Features {
+                cache_salt: Some("tenant-x"),
+                ..Features::default()
+            };
+            assert_eq!(depth(salted, worker), 4, "{encoding:?} worker {worker}");
+            let other = Features {
+                cache_salt: Some("tenant-y"),
+                ..Features::default()
+            };
+            assert_eq!(depth(other, worker), 0);
+            assert_eq!(depth(Features::default(), worker), 0);
+        }
+    }
+}
+
+#[test]
+fn extra_keys_of_unknown_shapes_reject_their_event() {
+    let tokens: Vec<u32> = (0..32).collect();
+    let cases = [
+        (
+            None,
+            Value::Array(vec![Value::Nil]),
+            "1 entries for 2 blocks",
+        ),
+        (
+            None,
+            Value::Array(vec![Value::Array(vec![Value::from(1.5)]), Value::Nil]),
+            "not a key vLLM publishes",
+        ),
+        (
+            None,
+            Value::Array(vec![
+                Value::Array(vec![Value::from("salt"), Value::from("again")]),
+                Value::Nil,
+            ]),
+            "second bare string",
+        ),
+        (
+            Some("adapter"),
+            Value::Array(vec![Value::Array(vec![Value::from("other")]), Value::Nil]),
+            "is not the event's lora_name",
+        ),
+        (
+            None,
+            Value::Array(vec![
+                Value::Array(vec![Value::Array(vec![
+                    Value::from("id"),
+                    Value::from("x"),
+                ])]),
+                Value::Nil,
+            ]),
+            "not a key vLLM publishes",
+        ),
+    ];
+    for (lora, keys, says) in cases {
+        let event = keyed_stored(Encoding::Array, &[1, 2], &tokens, lora, keys, vec![]);
+        let batch = decode_batch(
+            &batch_bytes(Encoding::Array, vec![event], None),
+            Engine::Vllm,
+        )
+        .unwrap();
+        let mapped = EventMapper::new(1, MapConfig::default()).map(&batch, 0);
+        assert!(mapped.events.is_empty(), "{says}");
+        let [MapError::ExtraKeys { .. }] = mapped.rejected.as_slice() else {
+            panic!("{says}: {:?}", mapped.rejected);
+        };
+        assert!(
+            mapped.rejected[0].to_string().contains(says),
+            "{}",
+            mapped.rejected[0]
+        );
+    }
+    // Extra keys that are not an array of entries fail the batch's decoding.
+    let event = keyed_stored(
+        Encoding::Map,
+        &[1, 2],
+        &tokens,
+        None,
+        Value::from(3),
+        vec![],
+    );
+    let error = decode_batch(&batch_bytes(Encoding::Map, vec![event], None), Engine::Vllm);
+    assert!(
+        matches!(error, Err(DecodeError::Invalid { .. })),
+        "{error:?}"
+    );
 }

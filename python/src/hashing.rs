@@ -1,39 +1,49 @@
 //! Block hashes, bit-compatible with Dynamo's router (`flash_indexer::hash`).
 
 use flash_indexer::LocalHash;
-use flash_indexer::hash::{self, Salt};
+use flash_indexer::hash::{self, Features, MmItem, Salt};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
+/// A request's multimodal items as Python passes them: `(identifier, offset, length)`.
+pub(crate) type PyMmItem = (String, usize, usize);
+
 /// Local hashes of the full blocks of `tokens`, as Dynamo's `compute_block_hash_for_seq`:
 /// XXH3-64 of each block's tokens as little-endian u32, seeded by the LoRA adapter and the
-/// cache namespace (`salt`) exactly as Dynamo seeds them. A trailing partial block is dropped.
+/// cache namespace (`salt`) exactly as Dynamo seeds them; with vLLM's `cache_salt` on the first
+/// block and the multimodal items `mm` on the blocks their placeholders overlap, as vLLM keys
+/// blocks (`flash_indexer::hash::local_hashes_with_features`). A trailing partial block is
+/// dropped.
 #[pyfunction]
-#[pyo3(signature = (tokens, block_size, salt=None, lora_name=None))]
+#[pyo3(signature = (tokens, block_size, salt=None, lora_name=None, cache_salt=None, mm=None))]
 pub(crate) fn local_hashes(
     py: Python<'_>,
     tokens: Vec<u32>,
     block_size: usize,
     salt: Option<String>,
     lora_name: Option<String>,
+    cache_salt: Option<String>,
+    mm: Option<Vec<PyMmItem>>,
 ) -> PyResult<Vec<u64>> {
-    Ok(hash_tokens(
-        py,
-        &tokens,
-        block_size,
-        salt.as_deref(),
-        lora_name.as_deref(),
-    )?
-    .into_iter()
-    .map(|l| l.0)
-    .collect())
+    let request = Request {
+        namespace: salt.as_deref(),
+        lora_name: lora_name.as_deref(),
+        cache_salt: cache_salt.as_deref(),
+        mm: mm.as_deref().unwrap_or_default(),
+    };
+    Ok(hash_tokens(py, &tokens, block_size, &request)?
+        .into_iter()
+        .map(|l| l.0)
+        .collect())
 }
 
 /// Dynamo's sequence hashes of a chain of local hashes (`compute_seq_hash_for_block`).
 #[pyfunction]
-pub(crate) fn seq_hashes(py: Python<'_>, local_hashes: Vec<u64>) -> Vec<u64> {
+pub(crate) fn seq_hashes(py: Python<'_>, local_hashes: Vec<u64>) -> PyResult<Vec<u64>> {
     let locals: Vec<LocalHash> = local_hashes.into_iter().map(LocalHash).collect();
-    py.detach(|| hash::seq_hashes(&locals).into_iter().map(|s| s.0).collect())
+    crate::guard::detach(py, || {
+        hash::seq_hashes(&locals).into_iter().map(|s| s.0).collect()
+    })
 }
 
 /// vLLM's block hashes of the full blocks of `tokens` with its default `sha256_cbor` prefix
@@ -51,16 +61,14 @@ pub(crate) fn vllm_block_hashes(
 ) -> PyResult<Vec<u64>> {
     use ciborium::Value;
     use sha2::{Digest, Sha256};
-    if block_size == 0 {
-        return Err(PyValueError::new_err("block_size must be at least 1"));
-    }
+    check_block_size(block_size)?;
     let digest = |value: &Value| -> [u8; 32] {
         let mut bytes = Vec::new();
         ciborium::into_writer(value, &mut bytes).expect("CBOR of plain values into a Vec");
         Sha256::digest(&bytes).into()
     };
     let seed = hash_seed.to_owned();
-    Ok(py.detach(|| {
+    crate::guard::detach(py, || {
         let mut previous = digest(&Value::Text(seed));
         tokens
             .chunks_exact(block_size)
@@ -79,7 +87,16 @@ pub(crate) fn vllm_block_hashes(
                 u64::from_be_bytes(previous[24..].try_into().expect("32-byte digest"))
             })
             .collect()
-    }))
+    })
+}
+
+/// What keys a request's blocks besides its tokens, as the Python keywords give it.
+#[derive(Default)]
+pub(crate) struct Request<'a> {
+    pub(crate) namespace: Option<&'a str>,
+    pub(crate) lora_name: Option<&'a str>,
+    pub(crate) cache_salt: Option<&'a str>,
+    pub(crate) mm: &'a [PyMmItem],
 }
 
 /// The local hashes of `tokens` (the GIL released), checking the block size.
@@ -87,15 +104,38 @@ pub(crate) fn hash_tokens(
     py: Python<'_>,
     tokens: &[u32],
     block_size: usize,
-    namespace: Option<&str>,
-    lora_name: Option<&str>,
+    request: &Request<'_>,
 ) -> PyResult<Vec<LocalHash>> {
-    if block_size == 0 {
-        return Err(PyValueError::new_err("block_size must be at least 1"));
-    }
-    let salt = Salt {
-        lora_name,
-        cache_namespace: namespace,
+    check_block_size(block_size)?;
+    let mm: Vec<MmItem<'_>> = request
+        .mm
+        .iter()
+        .map(|(identifier, offset, length)| MmItem {
+            identifier,
+            offset: *offset,
+            length: *length,
+        })
+        .collect();
+    let features = Features {
+        salt: Salt {
+            lora_name: request.lora_name,
+            cache_namespace: request.namespace,
+        },
+        cache_salt: request.cache_salt,
+        mm: &mm,
     };
-    Ok(py.detach(|| hash::local_hashes_salted(tokens, block_size, salt)))
+    crate::guard::detach(py, || {
+        hash::local_hashes_with_features(tokens, block_size, &features)
+    })
+}
+
+/// A block size from Python: 1 to [`hash::MAX_BLOCK_SIZE`] tokens.
+pub(crate) fn check_block_size(block_size: usize) -> PyResult<()> {
+    if block_size == 0 || block_size > hash::MAX_BLOCK_SIZE {
+        return Err(PyValueError::new_err(format!(
+            "block_size must be 1 to {} tokens, not {block_size}",
+            hash::MAX_BLOCK_SIZE
+        )));
+    }
+    Ok(())
 }

@@ -1,7 +1,7 @@
 //! `Index`: any layout of the crate, or approximate mode, behind one Python class.
 
 use crate::convert::{event_error, scores};
-use crate::hashing::hash_tokens;
+use crate::hashing::{PyMmItem, Request, hash_tokens};
 use flash_indexer::ingest::{EventMapper, MapConfig, decode_batch};
 use flash_indexer::{
     ApproximateIndexer, ArrayIndexer, Block, Event, EventError, EventKind, KvIndex, LocalHash,
@@ -68,7 +68,7 @@ fn seconds(now: f64) -> PyResult<Duration> {
 impl Index {
     fn apply(&self, py: Python<'_>, event: Event) -> PyResult<Vec<u64>> {
         let index = &self.index;
-        match py.detach(|| index.apply(&event)) {
+        match crate::guard::detach(py, || index.apply(&event))? {
             Ok(()) => Ok(Vec::new()),
             Err(EventError::UnknownBlocks { missing }) => {
                 Ok(missing.into_iter().map(|s| s.0).collect())
@@ -200,22 +200,21 @@ impl Index {
     ) -> PyResult<Bound<'py, PyDict>> {
         let engine = crate::convert::engine(engine)?;
         let index = &self.index;
-        let (applied, rejected, filtered) = py
-            .detach(|| {
-                let batch = decode_batch(data, engine).map_err(|e| e.to_string())?;
-                let mapped = EventMapper::new(worker_id, MapConfig::default()).map(&batch, 0);
-                let mut applied = 0;
-                let mut rejected = mapped.rejected.len();
-                for event in &mapped.events {
-                    match index.apply(event) {
-                        Ok(()) => applied += 1,
-                        Err(e) if e.is_warning() => applied += 1,
-                        Err(_) => rejected += 1,
-                    }
+        let (applied, rejected, filtered) = crate::guard::detach(py, || {
+            let batch = decode_batch(data, engine).map_err(|e| e.to_string())?;
+            let mapped = EventMapper::new(worker_id, MapConfig::default()).map(&batch, 0);
+            let mut applied = 0;
+            let mut rejected = mapped.rejected.len();
+            for event in &mapped.events {
+                match index.apply(event) {
+                    Ok(()) => applied += 1,
+                    Err(e) if e.is_warning() => applied += 1,
+                    Err(_) => rejected += 1,
                 }
-                Ok::<_, String>((applied, rejected, mapped.filtered))
-            })
-            .map_err(PyValueError::new_err)?;
+            }
+            Ok::<_, String>((applied, rejected, mapped.filtered))
+        })?
+        .map_err(PyValueError::new_err)?;
         let out = PyDict::new(py);
         out.set_item("applied", applied)?;
         out.set_item("rejected", rejected)?;
@@ -232,12 +231,14 @@ impl Index {
     ) -> PyResult<Bound<'py, PyDict>> {
         let query: Vec<LocalHash> = local_hashes.into_iter().map(LocalHash).collect();
         let index = &self.index;
-        let found = py.detach(|| index.find_matches(&query));
+        let found = crate::guard::detach(py, || index.find_matches(&query))?;
         scores(py, &found)
     }
 
-    /// `find_matches` of the local hashes of `tokens` (see `local_hashes`).
-    #[pyo3(signature = (tokens, block_size, salt=None, lora_name=None))]
+    /// `find_matches` of the local hashes of `tokens` (see `local_hashes`): `cache_salt` is
+    /// vLLM's (first block only), `mm` a list of `(identifier, offset, length)`.
+    #[pyo3(signature = (tokens, block_size, salt=None, lora_name=None, cache_salt=None, mm=None))]
+    #[allow(clippy::too_many_arguments)] // Python keywords, each with a default
     fn find_matches_for_tokens<'py>(
         &self,
         py: Python<'py>,
@@ -245,53 +246,54 @@ impl Index {
         block_size: usize,
         salt: Option<String>,
         lora_name: Option<String>,
+        cache_salt: Option<String>,
+        mm: Option<Vec<PyMmItem>>,
     ) -> PyResult<Bound<'py, PyDict>> {
-        let query = hash_tokens(
-            py,
-            &tokens,
-            block_size,
-            salt.as_deref(),
-            lora_name.as_deref(),
-        )?;
+        let request = Request {
+            namespace: salt.as_deref(),
+            lora_name: lora_name.as_deref(),
+            cache_salt: cache_salt.as_deref(),
+            mm: mm.as_deref().unwrap_or_default(),
+        };
+        let query = hash_tokens(py, &tokens, block_size, &request)?;
         let index = &self.index;
-        let found = py.detach(|| index.find_matches(&query));
+        let found = crate::guard::detach(py, || index.find_matches(&query))?;
         scores(py, &found)
     }
 
     /// The deepest match of `local_hashes`: `((worker_id, dp_rank), depth)`, or None.
-    fn best(&self, py: Python<'_>, local_hashes: Vec<u64>) -> Option<((u64, u32), u32)> {
+    fn best(&self, py: Python<'_>, local_hashes: Vec<u64>) -> PyResult<Option<((u64, u32), u32)>> {
         let query: Vec<LocalHash> = local_hashes.into_iter().map(LocalHash).collect();
         let index = &self.index;
-        py.detach(|| index.find_matches(&query).best())
-            .map(|(w, depth)| ((w.id, w.dp_rank), depth))
+        let best = crate::guard::detach(py, || index.find_matches(&query).best())?;
+        Ok(best.map(|(w, depth)| ((w.id, w.dp_rank), depth)))
     }
 
     /// Drops every worker with `worker_id`, all ranks.
-    fn remove_worker(&self, py: Python<'_>, worker_id: u64) {
+    fn remove_worker(&self, py: Python<'_>, worker_id: u64) -> PyResult<()> {
         let index = &self.index;
-        py.detach(|| index.remove_worker(worker_id));
+        crate::guard::detach(py, || index.remove_worker(worker_id))
     }
 
     /// Drops one worker: `(worker_id, dp_rank)`.
     fn remove_worker_dp_rank(&self, py: Python<'_>, worker: &Bound<'_, PyAny>) -> PyResult<()> {
         let w = crate::convert::worker(worker)?;
         let index = &self.index;
-        py.detach(|| index.remove_worker_dp_rank(w));
-        Ok(())
+        crate::guard::detach(py, || index.remove_worker_dp_rank(w))
     }
 
     /// Blocks `worker` holds, reachable or not.
     fn block_count(&self, py: Python<'_>, worker: &Bound<'_, PyAny>) -> PyResult<usize> {
         let w = crate::convert::worker(worker)?;
         let index = &self.index;
-        Ok(py.detach(|| index.block_count(w)))
+        crate::guard::detach(py, || index.block_count(w))
     }
 
     /// Events that rebuild the index's answers: a list of `("stored", worker, parent,
     /// [(local, seq), ...])`, `("removed", worker, [seq, ...])` and `("cleared", worker)`.
     fn dump<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
         let index = &self.index;
-        let events = py.detach(|| index.dump());
+        let events = crate::guard::detach(py, || index.dump())?;
         let out = PyList::empty(py);
         for event in events {
             let w = (event.worker.id, event.worker.dp_rank);
@@ -323,7 +325,7 @@ impl Index {
         let approximate = self.approximate()?;
         let (w, now) = (crate::convert::worker(worker)?, seconds(now)?);
         let locals: Vec<LocalHash> = local_hashes.into_iter().map(LocalHash).collect();
-        let routed = py.detach(|| approximate.record_routing(w, &locals, now));
+        let routed = crate::guard::detach(py, || approximate.record_routing(w, &locals, now))?;
         let mut next = self.next_ticket.lock().expect("never poisoned");
         let ticket = *next;
         *next += 1;
@@ -342,7 +344,7 @@ impl Index {
         let now = seconds(now)?;
         let routed = self.routed.lock().expect("never poisoned").remove(&ticket);
         if let Some(routed) = routed {
-            py.detach(|| approximate.release(routed, now));
+            crate::guard::detach(py, || approximate.release(routed, now))?;
         }
         Ok(())
     }
@@ -351,8 +353,7 @@ impl Index {
     fn expire(&self, py: Python<'_>, now: f64) -> PyResult<()> {
         let approximate = self.approximate()?;
         let now = seconds(now)?;
-        py.detach(|| approximate.expire(now));
-        Ok(())
+        crate::guard::detach(py, || approximate.expire(now))
     }
 
     fn __repr__(&self) -> String {

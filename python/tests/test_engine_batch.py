@@ -43,3 +43,44 @@ def test_engine_batches_index_their_blocks(use_map):
     counts = index.apply_engine_batch(7, batch([partial, publisher.AllBlocksCleared()], 1, use_map))
     assert counts == {"applied": 1, "rejected": 1, "filtered": 0}
     assert index.find_matches_for_tokens(tokens, 16) == {}
+
+
+@pytest.mark.parametrize("use_map", [False, True])
+def test_multimodal_and_salted_blocks_match_only_their_own_features(use_map):
+    # vLLM 0.33's extra_keys, one entry per block, untagged (`to_event_extra_keys`): an image
+    # whose 24 placeholders start at token 20 keys blocks 1 and 2; a cache salt keys block 0.
+    tokens = list(range(2000, 2000 + 4 * 16))
+    image = ("image-a", 20, 24)
+    image_keys = [None, (("image-a", 4),), (("image-a", -12),), None]
+    stored = publisher.BlockStored([1, 2, 3, 4], None, tokens, 16, None, "GPU", None, extra_keys=image_keys)
+    salted_keys = [("tenant-x",), None, None, None]
+    salted = publisher.BlockStored([11, 12, 13, 14], None, tokens, 16, None, "GPU", None, extra_keys=salted_keys)
+    index = fi.Index()
+    assert index.apply_engine_batch(1, batch([stored], 0, use_map))["applied"] == 1
+    assert index.apply_engine_batch(2, batch([salted], 0, use_map))["applied"] == 1
+
+    def scores(**features):
+        return index.find_matches_for_tokens(tokens, 16, **features)
+
+    # The same image: every block of worker 1; no salt, so worker 2 not at all.
+    assert scores(mm=[image]) == {(1, 0): 4}
+    # Another image with the same placeholders: only the block before the first keyed one.
+    assert scores(mm=[("image-b", 20, 24)]) == {(1, 0): 1}
+    # The same image one token later: the same blocks, keyed with another offset.
+    assert scores(mm=[("image-a", 21, 24)]) == {(1, 0): 1}
+    # The same salt: every block of worker 2; another salt: nothing of it.
+    assert scores(cache_salt="tenant-x") == {(2, 0): 4}
+    assert scores(cache_salt="tenant-y") == {}
+    # No features: worker 1 up to its first keyed block, worker 2 not at all (block 0 is salted).
+    assert scores() == {(1, 0): 1}
+    assert fi.local_hashes(tokens, 16, mm=[image])[0] == fi.local_hashes(tokens, 16)[0]
+
+
+def test_an_extra_key_of_an_unknown_shape_rejects_its_event():
+    tokens = list(range(32))
+    for keys in [[(1.5,), None], [(("image", "not an offset"),), None], [None]]:
+        stored = publisher.BlockStored([1, 2], None, tokens, 16, None, "GPU", None, extra_keys=keys)
+        index = fi.Index()
+        counts = index.apply_engine_batch(1, batch([stored], 0, False))
+        assert counts == {"applied": 0, "rejected": 1, "filtered": 0}, keys
+        assert index.find_matches_for_tokens(tokens, 16) == {}

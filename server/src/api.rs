@@ -2,7 +2,7 @@
 //!
 //! | route | what |
 //! |---|---|
-//! | `POST /query` | `{"model", "tokens" \| "local_hashes", "lora"?, "namespace"?}`: every worker's matched depth per tier and weighted score, best first |
+//! | `POST /query` | `{"model", "tokens" \| "local_hashes", "lora"?, "namespace"?, "cache_salt"?, "mm"?}`: every worker's matched depth per tier and weighted score, best first |
 //! | `GET /workers` | engines followed (with ingest counters), topic pods, models and their indexes |
 //! | `POST /workers` | follow one more engine: `{"events", "replay"?, "worker", "dp_rank"?, "model"?}` |
 //! | `DELETE /workers/{id}` | stop following worker `id`'s engine and drop its blocks |
@@ -27,6 +27,7 @@ use metrics::{counter, histogram};
 use metrics_exporter_prometheus::PrometheusHandle;
 use serde::Deserialize;
 use serde_json::{Value, json};
+use tower_http::catch_panic::CatchPanicLayer;
 
 use crate::config::EngineConfig;
 use crate::metrics::QUERY_SECONDS;
@@ -53,7 +54,24 @@ pub fn router(service: Arc<Service>, metrics: Option<PrometheusHandle>) -> Route
         .route("/dump", get(dump))
         .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "no such route") })
         .layer(DefaultBodyLimit::max(limit))
+        .layer(CatchPanicLayer::custom(panicked))
         .with_state(App { service, metrics })
+}
+
+/// A handler panicked (a bug: no request should make one): the request answers 500 with the
+/// panic's message, and the server goes on serving.
+fn panicked(payload: Box<dyn std::any::Any + Send + 'static>) -> Response {
+    let what = payload
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic without a message".to_owned());
+    tracing::error!(panic = %what, "a request handler panicked");
+    ApiError::new(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        format!("internal error (please report it): {what}"),
+    )
+    .into_response()
 }
 
 /// An error answer: a status and a message saying what was wrong.
@@ -107,8 +125,21 @@ struct QueryRequest {
     tokens: Option<Vec<u32>>,
     local_hashes: Option<Vec<u64>>,
     lora: Option<String>,
-    /// The cache namespace of `tokens` (Dynamo's `cache_namespace`).
+    /// The cache namespace of `tokens` (Dynamo's `cache_namespace`): seeds every block.
     namespace: Option<String>,
+    /// vLLM's cache salt of the request: a key of its first block.
+    cache_salt: Option<String>,
+    /// The request's multimodal items: each keys the blocks its placeholders overlap.
+    mm: Option<Vec<MmRequest>>,
+}
+
+/// One multimodal item of `POST /query`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct MmRequest {
+    identifier: String,
+    offset: usize,
+    length: usize,
 }
 
 async fn query(
@@ -134,20 +165,36 @@ async fn query(
             }
         },
     };
+    let features_given = request.lora.is_some()
+        || request.namespace.is_some()
+        || request.cache_salt.is_some()
+        || request.mm.is_some();
     let locals: Vec<LocalHash> = match (request.tokens, request.local_hashes) {
         (Some(tokens), None) => {
-            let salt = hash::Salt {
-                lora_name: request.lora.as_deref(),
-                cache_namespace: request.namespace.as_deref(),
+            let mm: Vec<hash::MmItem<'_>> = request
+                .mm
+                .iter()
+                .flatten()
+                .map(|item| hash::MmItem {
+                    identifier: &item.identifier,
+                    offset: item.offset,
+                    length: item.length,
+                })
+                .collect();
+            let features = hash::Features {
+                salt: hash::Salt {
+                    lora_name: request.lora.as_deref(),
+                    cache_namespace: request.namespace.as_deref(),
+                },
+                cache_salt: request.cache_salt.as_deref(),
+                mm: &mm,
             };
-            hash::local_hashes_salted(&tokens, model.block_size, salt)
+            hash::local_hashes_with_features(&tokens, model.block_size, &features)
         }
-        (None, Some(locals)) if request.lora.is_none() && request.namespace.is_none() => {
-            locals.into_iter().map(LocalHash).collect()
-        }
+        (None, Some(locals)) if !features_given => locals.into_iter().map(LocalHash).collect(),
         (None, Some(_)) => {
             return Err(ApiError::bad(
-                "\"lora\" and \"namespace\" seed the hashes of \"tokens\"; \"local_hashes\" are hashed already",
+                "\"lora\", \"namespace\", \"cache_salt\" and \"mm\" key the hashes of \"tokens\"; \"local_hashes\" are hashed already",
             ));
         }
         (Some(_), Some(_)) => {
@@ -299,4 +346,37 @@ async fn dump(State(app): State<App>) -> Result<Response, ApiError> {
         .await
         .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
     Ok(([(header::CONTENT_TYPE, "application/octet-stream")], bytes).into_response())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::body::Body;
+    use axum::http::Request;
+    use tower::ServiceExt;
+
+    async fn boom() -> &'static str {
+        panic!("boom")
+    }
+
+    #[tokio::test]
+    async fn a_panicking_handler_answers_500_and_the_router_keeps_serving() {
+        let router = Router::new()
+            .route("/boom", get(boom))
+            .route("/fine", get(|| async { "fine" }))
+            .layer(CatchPanicLayer::custom(panicked));
+        for _ in 0..2 {
+            let request = Request::get("/boom").body(Body::empty()).unwrap();
+            let response = router.clone().oneshot(request).await.unwrap();
+            assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
+            let body = axum::body::to_bytes(response.into_body(), 1 << 16)
+                .await
+                .unwrap();
+            let body: Value = serde_json::from_slice(&body).unwrap();
+            assert!(body["error"].as_str().unwrap().contains("boom"), "{body}");
+            let request = Request::get("/fine").body(Body::empty()).unwrap();
+            let response = router.clone().oneshot(request).await.unwrap();
+            assert_eq!(response.status(), StatusCode::OK);
+        }
+    }
 }

@@ -31,7 +31,8 @@ fn stored(worker: Worker, locals: &[LocalHash], n: usize) -> Event {
 
 /// Model `m`: worker 1 holds 4 blocks on the GPU and 6 on the CPU; worker 2 holds 2 on the
 /// CPU; worker 3 holds 1 on disk; worker 4 holds 3 on the GPU, hashed in cache namespace
-/// `tenant-a`.
+/// `tenant-a`; worker 5 holds all 6 on the GPU keyed by an image (placeholders at tokens
+/// 6..14), worker 6 all 6 keyed by vLLM's cache salt `tenant-x`.
 fn tiered_snapshot(dir: &std::path::Path) {
     let (tokens, locals) = request();
     let tenant = hash::local_hashes_salted(&tokens, BLOCK_SIZE, hash::Salt::namespace("tenant-a"));
@@ -48,6 +49,8 @@ fn tiered_snapshot(dir: &std::path::Path) {
                 vec![
                     stored(Worker::new(1, 0), &locals, 4),
                     stored(Worker::new(4, 0), &tenant, 3),
+                    stored(Worker::new(5, 0), &keyed(&tokens, IMAGE, None), 6),
+                    stored(Worker::new(6, 0), &keyed(&tokens, &[], Some("tenant-x")), 6),
                 ],
             ),
             index(
@@ -61,6 +64,31 @@ fn tiered_snapshot(dir: &std::path::Path) {
         ],
     };
     snapshot::write_atomic(dir, &snapshot::encode(&contents)).unwrap();
+}
+
+/// The image of worker 5: 8 placeholder tokens from token 6.
+const IMAGE: &[hash::MmItem<'static>] = &[hash::MmItem {
+    identifier: "image-a",
+    offset: 6,
+    length: 8,
+}];
+
+/// The local hashes of `tokens` keyed by `mm` and `cache_salt`, as vLLM keys them.
+fn keyed(tokens: &[u32], mm: &[hash::MmItem<'_>], cache_salt: Option<&str>) -> Vec<LocalHash> {
+    let features = hash::Features {
+        mm,
+        cache_salt,
+        ..hash::Features::default()
+    };
+    hash::local_hashes_with_features(tokens, BLOCK_SIZE, &features)
+}
+
+/// The depth `worker` matches in a query's answer, 0 if it is absent.
+fn depth_of(answer: &Value, worker: u64) -> u64 {
+    scores(answer)
+        .iter()
+        .find(|(w, _, _)| *w == worker)
+        .map_or(0, |(_, depth, _)| *depth)
 }
 
 fn scores(answer: &Value) -> Vec<(u64, u64, f64)> {
@@ -98,12 +126,18 @@ fn queries_score_every_tier_and_bad_input_gets_a_4xx() {
     let (tokens, locals) = request();
 
     // Tiers: each block counts once, on the heaviest tier holding it (GPU 1, CPU 0.75, disk 0.25).
+    // Worker 5 matches the plain request up to its image's first block.
     let (status, answer) = server.post("/query", &json!({ "model": "m", "tokens": tokens }));
     assert_eq!(status, 200, "{answer}");
     assert_eq!(answer["blocks"], 6);
     assert_eq!(
         scores(&answer),
-        [(1, 6, 4.0 + 2.0 * 0.75), (2, 2, 1.5), (3, 1, 0.25)]
+        [
+            (1, 6, 4.0 + 2.0 * 0.75),
+            (2, 2, 1.5),
+            (5, 1, 1.0),
+            (3, 1, 0.25)
+        ]
     );
     assert_eq!(answer["workers"][0]["tiers"], json!({ "GPU": 4, "CPU": 6 }));
     // The same request as local hashes, and the model implied (there is only one).
@@ -120,6 +154,32 @@ fn queries_score_every_tier_and_bad_input_gets_a_4xx() {
     );
     assert_eq!(status, 200, "{tenant}");
     assert_eq!(scores(&tenant), [(4, 3, 3.0)]);
+    // Multimodal and salted requests (vLLM's extra keys): the same image matches all of worker
+    // 5, another image only the block before its placeholders; the same salt all of worker 6,
+    // another salt or none nothing of it.
+    let image = |id: &str| json!([{ "identifier": id, "offset": 6, "length": 8 }]);
+    let (status, same) = server.post(
+        "/query",
+        &json!({ "tokens": tokens, "mm": image("image-a") }),
+    );
+    assert_eq!(status, 200, "{same}");
+    assert_eq!(depth_of(&same, 5), 6);
+    let (_, other) = server.post(
+        "/query",
+        &json!({ "tokens": tokens, "mm": image("image-b") }),
+    );
+    assert_eq!((depth_of(&other, 5), depth_of(&other, 1)), (1, 1));
+    let (_, salted) = server.post(
+        "/query",
+        &json!({ "tokens": tokens, "cache_salt": "tenant-x" }),
+    );
+    assert_eq!(scores(&salted), [(6, 6, 6.0)]);
+    let (_, other) = server.post(
+        "/query",
+        &json!({ "tokens": tokens, "cache_salt": "tenant-y" }),
+    );
+    assert_eq!(other["workers"], json!([]));
+    assert_eq!((depth_of(&answer, 5), depth_of(&answer, 6)), (1, 0));
     // A request shorter than a block has no blocks.
     let (_, short) = server.post("/query", &json!({ "tokens": [1, 2, 3] }));
     assert_eq!(
@@ -169,6 +229,20 @@ fn queries_score_every_tier_and_bad_input_gets_a_4xx() {
         "namespace",
     );
     bad(
+        400,
+        server.post("/query", &json!({ "local_hashes": [1], "cache_salt": "x" })),
+        "cache_salt",
+    );
+    bad(
+        422,
+        server.post(
+            "/query",
+            &json!({ "tokens": [1], "mm": [{ "identifier": "x" }] }),
+        ),
+        "offset",
+    );
+
+    bad(
         404,
         server.post("/query", &json!({ "model": "nope", "tokens": [1] })),
         "unknown model",
@@ -214,12 +288,12 @@ fn queries_score_every_tier_and_bad_input_gets_a_4xx() {
     let (status, metrics) = server.get("/metrics");
     assert_eq!(status, 200);
     for line in [
-        "flash_indexer_queries_total{model=\"m\"} 5",
+        "flash_indexer_queries_total{model=\"m\"} 9",
         "flash_indexer_workers{model=\"m\",tier=\"CPU\"} 2",
         "flash_indexer_query_duration_seconds_bucket",
         "flash_indexer_resident_bytes",
         "flash_indexer_snapshot_age_seconds",
-        "flash_indexer_http_errors_total{status=\"422\"} 3",
+        "flash_indexer_http_errors_total{status=\"422\"} 4",
     ] {
         assert!(metrics.contains(line), "no {line:?} in\n{metrics}");
     }
@@ -229,7 +303,7 @@ fn queries_score_every_tier_and_bad_input_gets_a_4xx() {
     assert_eq!(status, 200);
     let dumped = snapshot::decode(&bytes).unwrap();
     let events: usize = dumped.indexes.iter().map(|i| i.events.len()).sum();
-    assert_eq!((dumped.indexes.len(), events), (3, 5));
+    assert_eq!((dumped.indexes.len(), events), (3, 6));
     server.terminate();
     std::fs::remove_dir_all(&dir).unwrap();
 }

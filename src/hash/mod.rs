@@ -1,4 +1,6 @@
-//! Block hashing compatible with Dynamo's router (see [the contract](crate::docs::contract)).
+//! Block hashing compatible with Dynamo's router (see [the contract](crate::docs::contract)),
+//! and a block's extra keys (multimodal items, cache salts, prompt embeddings) as vLLM keys
+//! blocks by them ([`local_hashes_with_features`]).
 //!
 //! ```
 //! use flash_indexer::hash::{local_hashes, seq_hashes};
@@ -12,8 +14,19 @@
 use crate::types::{LocalHash, SeqHash};
 use xxhash_rust::xxh3::xxh3_64_with_seed;
 
+mod extra;
+
+pub use extra::{
+    ExtraKey, Features, MmItem, block_extra_keys, block_local_hash, local_hashes_with_features,
+};
+
 /// The XXH3 seed of local and sequence hashes when no LoRA adapter is involved.
 pub const SEED: u64 = 1337;
+
+/// The largest block size any API of the crate accepts from outside (engine events, requests,
+/// bindings): 2^20 tokens. Engines use 16 to a few thousand; a larger value is refused with a
+/// reason before anything is reserved for it.
+pub const MAX_BLOCK_SIZE: usize = 1 << 20;
 
 /// The seed of local hashes for tokens run through LoRA adapter `lora_name`:
 /// `1337 + XXH3-64(lora_name, seed 0)`, wrapping. An empty name means no LoRA ([`SEED`]).
@@ -101,10 +114,14 @@ pub fn local_hashes_lora(tokens: &[u32], block_size: usize, lora_name: &str) -> 
 }
 
 /// [`local_hashes`] with an explicit XXH3 seed.
+///
+/// Memory is proportional to `tokens`, whatever `block_size` says: a block size larger than
+/// the tokens has no full block and reserves nothing.
 pub fn local_hashes_with_seed(tokens: &[u32], block_size: usize, seed: u64) -> Vec<LocalHash> {
-    if block_size == 0 {
+    if block_size == 0 || block_size > tokens.len() {
         return Vec::new();
     }
+    // `block_size <= tokens.len()`, so this is at most the tokens' own size in bytes.
     let mut bytes = Vec::with_capacity(block_size * 4);
     tokens
         .chunks_exact(block_size)
@@ -138,4 +155,20 @@ pub fn next_seq_hash(parent: SeqHash, local: LocalHash) -> SeqHash {
     bytes[..8].copy_from_slice(&parent.0.to_le_bytes());
     bytes[8..].copy_from_slice(&local.0.to_le_bytes());
     SeqHash(xxh3_64_with_seed(&bytes, SEED))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn huge_block_sizes_reserve_nothing() {
+        // These reserved block_size × 4 bytes before looking at the tokens (16 GiB, then a
+        // capacity overflow): issue 54.
+        for block_size in [1 << 32, 1 << 33, 1 << 61, usize::MAX] {
+            assert!(local_hashes(&[1, 2, 3], block_size).is_empty());
+            assert!(local_hashes(&[], block_size).is_empty());
+        }
+        assert_eq!(local_hashes(&[1, 2, 3], 3).len(), 1);
+    }
 }

@@ -9,7 +9,7 @@
 //!
 //! Decoding is strict about what it needs and lenient about what it does not: trailing fields a
 //! newer engine adds are ignored, fields engines added over time (`lora_id`, `medium`,
-//! `lora_name`, `group_idx`) may be absent, unknown event types are skipped and counted, and a
+//! `lora_name`, `extra_keys`, `group_idx`) may be absent, unknown event types are skipped and counted, and a
 //! missing required field or a value of the wrong kind fails the whole batch with an error that
 //! says where. Nothing panics, and memory stays proportional to the input: arrays grow as their
 //! elements are read (a length prefix alone allocates nothing) and nesting is capped.
@@ -89,6 +89,25 @@ pub struct BlockStored {
     pub lora_name: Option<String>,
     /// The KV-cache group (hybrid models), if the engine sends one.
     pub group_idx: Option<u32>,
+    /// vLLM's per-block extra keys, one entry per block hash (`None` for a block without):
+    /// as published, untagged; [`EventMapper`](super::EventMapper) says what each one is.
+    pub extra_keys: Option<Vec<Option<Vec<RawExtraKey>>>>,
+    /// SGLang's request-wide cache salt (a top-level field of its `BlockStored`).
+    pub cache_salt: Option<String>,
+}
+
+/// One item of a block's `extra_keys` as vLLM publishes it (`to_event_extra_keys`): untagged,
+/// so what a string is depends on its place (see [`EventMapper`](super::EventMapper)).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RawExtraKey {
+    /// A bare string: the LoRA adapter's name, or the request's cache salt.
+    Text(String),
+    /// `(mm_identifier, offset)`: a multimodal item and where it starts relative to the block.
+    Multimodal(String, i64),
+    /// Bytes: a digest of the block's prompt embeddings.
+    Bytes(Vec<u8>),
+    /// Anything else, described: the mapper rejects the event rather than guess.
+    Unknown(String),
 }
 
 /// vLLM's `BlockRemoved`: blocks evicted from the cache.
@@ -325,8 +344,10 @@ impl Decoder {
                 )?,
                 medium: optional_string(&fields, 5, "medium", loc)?,
                 lora_name: optional_string(&fields, 6, "lora_name", loc)?,
-                // Position 7 is `extra_keys`, which the index has no use for.
+                extra_keys: extra_keys(&fields, loc)?,
                 group_idx: optional_u32(&fields, 8, "group_idx", loc)?,
+                // SGLang's field; it has no place in vLLM's positional encoding.
+                cache_salt: optional_string(&fields, usize::MAX, "cache_salt", loc)?,
             }),
             "BlockRemoved" => EngineEvent::BlockRemoved(BlockRemoved {
                 block_hashes: self.hashes(
@@ -446,6 +467,57 @@ fn tokens(value: &ValueRef<'_>, loc: Loc<'_>) -> Result<Vec<u32>, DecodeError> {
             as_u32(v).ok_or_else(|| invalid(Loc::Index(&loc, i), "a token id in 0..2^32", v))
         })
         .collect()
+}
+
+/// `extra_keys` (position 7): `nil`, or one entry per block, each `nil` or a list of items.
+/// Items of shapes vLLM does not publish decode as [`RawExtraKey::Unknown`], for the mapper to
+/// refuse with a reason.
+fn extra_keys(
+    fields: &Fields<'_, '_>,
+    loc: Loc<'_>,
+) -> Result<Option<Vec<Option<Vec<RawExtraKey>>>>, DecodeError> {
+    let Some(value) = optional(fields, 7, "extra_keys") else {
+        return Ok(None);
+    };
+    let loc = Loc::Field(&loc, "extra_keys");
+    let ValueRef::Array(blocks) = value else {
+        return Err(invalid(loc, "an array of per-block extra keys", value));
+    };
+    let block = |(i, entry): (usize, &ValueRef<'_>)| match entry {
+        ValueRef::Nil => Ok(None),
+        ValueRef::Array(items) => Ok(Some(items.iter().map(raw_extra_key).collect())),
+        other => Err(invalid(
+            Loc::Index(&loc, i),
+            "nil or an array of extra keys",
+            other,
+        )),
+    };
+    blocks
+        .iter()
+        .enumerate()
+        .map(block)
+        .collect::<Result<_, _>>()
+        .map(Some)
+}
+
+fn raw_extra_key(value: &ValueRef<'_>) -> RawExtraKey {
+    match value {
+        ValueRef::String(s) => match s.as_str() {
+            Some(text) => RawExtraKey::Text(text.to_owned()),
+            None => RawExtraKey::Unknown(describe(value)),
+        },
+        ValueRef::Binary(bytes) => RawExtraKey::Bytes(bytes.to_vec()),
+        ValueRef::Array(pair) => match pair.as_slice() {
+            [ValueRef::String(id), ValueRef::Integer(offset)] => {
+                match (id.as_str(), offset.as_i64()) {
+                    (Some(id), Some(offset)) => RawExtraKey::Multimodal(id.to_owned(), offset),
+                    _ => RawExtraKey::Unknown(describe(value)),
+                }
+            }
+            _ => RawExtraKey::Unknown(describe(value)),
+        },
+        other => RawExtraKey::Unknown(describe(other)),
+    }
 }
 
 fn block_size(value: &ValueRef<'_>, loc: Loc<'_>) -> Result<u32, DecodeError> {

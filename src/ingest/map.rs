@@ -3,6 +3,12 @@
 //! - `token_ids` become local hashes with [`crate::hash`] at the event's `block_size`, seeded by
 //!   the LoRA adapter's name when there is one, so that a router hashing a request's tokens the
 //!   same way finds them.
+//! - Each block's `extra_keys` (vLLM) are folded into its local hash
+//!   ([`hash::block_local_hash`]): the first bare string is the LoRA adapter's name when the
+//!   event has a `lora_name` (it seeds the hash instead), a bare string after it is the cache
+//!   salt, `(identifier, offset)` pairs are multimodal items, bytes are a prompt-embeddings
+//!   digest. SGLang's top-level `cache_salt` keys the first block of a sequence. A key of any
+//!   other shape rejects the event with a reason: it is never hashed as plain text.
 //! - Engine block hashes become opaque [`SeqHash`]es, unchanged.
 //! - `data_parallel_rank` becomes [`Worker::dp_rank`] (or a fixed rank); the worker id is the
 //!   caller's (the subscriber's endpoint names it, or its resolver maps the message topic).
@@ -12,8 +18,9 @@
 
 use std::fmt;
 
-use super::decode::{BlockStored, EngineEvent, KvEventBatch};
+use super::decode::{BlockStored, EngineEvent, KvEventBatch, RawExtraKey};
 use super::endpoint::DpRank;
+use crate::hash::ExtraKey;
 use crate::{Block, Event, EventKind, Worker, hash};
 
 /// Which events an [`EventMapper`] keeps.
@@ -61,6 +68,21 @@ pub enum MapError {
         /// The event's block size.
         block_size: u32,
     },
+    /// A block size over [`hash::MAX_BLOCK_SIZE`]: no engine uses one, and nothing is reserved
+    /// for it.
+    BlockSizeTooLarge {
+        /// The event's block size.
+        block_size: u32,
+    },
+    /// `extra_keys` that are not one entry per block, or an item of a shape vLLM does not
+    /// publish.
+    ExtraKeys {
+        /// The block whose keys are wrong (its index in the event), or the number of entries
+        /// when they do not match the blocks.
+        block: usize,
+        /// What is wrong.
+        reason: String,
+    },
     /// A LoRA adapter id without the adapter's name, which the local hashes are seeded with.
     LoraWithoutName {
         /// The adapter's id.
@@ -79,6 +101,14 @@ impl fmt::Display for MapError {
                 f,
                 "{tokens} tokens are not {blocks} whole blocks of {block_size}: event rejected"
             ),
+            MapError::BlockSizeTooLarge { block_size } => write!(
+                f,
+                "block size {block_size} is over the largest accepted, {}: event rejected",
+                hash::MAX_BLOCK_SIZE
+            ),
+            MapError::ExtraKeys { block, reason } => {
+                write!(f, "extra keys of block {block}: {reason}: event rejected")
+            }
             MapError::LoraWithoutName { lora_id } => write!(
                 f,
                 "LoRA adapter {lora_id} without lora_name: its local hashes cannot be computed"
@@ -122,6 +152,8 @@ pub struct Mapped {
 ///         medium: Some("GPU".into()),
 ///         lora_name: None,
 ///         group_idx: None,
+///         extra_keys: None,
+///         cache_salt: None,
 ///     })],
 ///     data_parallel_rank: Some(1),
 ///     unknown_events: 0,
@@ -214,6 +246,11 @@ impl EventMapper {
 
 fn stored_kind(stored: &BlockStored) -> Result<EventKind, MapError> {
     let block_size = stored.block_size as usize;
+    if block_size > hash::MAX_BLOCK_SIZE {
+        return Err(MapError::BlockSizeTooLarge {
+            block_size: stored.block_size,
+        });
+    }
     let whole = block_size > 0
         && stored.token_ids.len().is_multiple_of(block_size)
         && stored.token_ids.len() / block_size == stored.block_hashes.len();
@@ -224,10 +261,21 @@ fn stored_kind(stored: &BlockStored) -> Result<EventKind, MapError> {
             block_size: stored.block_size,
         });
     }
-    let locals = match (&stored.lora_name, stored.lora_id) {
-        (Some(name), _) => hash::local_hashes_lora(&stored.token_ids, block_size, name),
+    let seed = match (&stored.lora_name, stored.lora_id) {
+        (Some(name), _) => hash::lora_seed(name),
         (None, Some(lora_id)) => return Err(MapError::LoraWithoutName { lora_id }),
-        (None, None) => hash::local_hashes(&stored.token_ids, block_size),
+        (None, None) => hash::SEED,
+    };
+    let keys = block_keys(stored)?;
+    let locals = if keys.iter().all(Vec::is_empty) {
+        hash::local_hashes_with_seed(&stored.token_ids, block_size, seed)
+    } else {
+        stored
+            .token_ids
+            .chunks_exact(block_size)
+            .zip(&keys)
+            .map(|(tokens, keys)| hash::block_local_hash(tokens, seed, keys))
+            .collect()
     };
     let blocks = locals
         .into_iter()
@@ -238,4 +286,74 @@ fn stored_kind(stored: &BlockStored) -> Result<EventKind, MapError> {
         parent: stored.parent_block_hash,
         blocks,
     })
+}
+
+/// Each block's extra keys, from vLLM's per-block `extra_keys` and SGLang's `cache_salt`.
+fn block_keys(stored: &BlockStored) -> Result<Vec<Vec<ExtraKey>>, MapError> {
+    let blocks = stored.block_hashes.len();
+    let mut keys: Vec<Vec<ExtraKey>> = match &stored.extra_keys {
+        None => vec![Vec::new(); blocks],
+        Some(entries) if entries.len() != blocks => {
+            return Err(MapError::ExtraKeys {
+                block: entries.len(),
+                reason: format!("{} entries for {blocks} blocks", entries.len()),
+            });
+        }
+        Some(entries) => entries
+            .iter()
+            .enumerate()
+            .map(|(block, entry)| {
+                let items = entry.as_deref().unwrap_or_default();
+                one_block_keys(items, stored.lora_name.as_deref())
+                    .map_err(|reason| MapError::ExtraKeys { block, reason })
+            })
+            .collect::<Result<_, _>>()?,
+    };
+    if let Some(salt) = stored.cache_salt.as_deref().filter(|s| !s.is_empty())
+        && stored.parent_block_hash.is_none()
+        && let Some(first) = keys.first_mut()
+    {
+        let salt = ExtraKey::CacheSalt(salt.to_owned());
+        if !first.contains(&salt) {
+            first.push(salt);
+        }
+    }
+    Ok(keys)
+}
+
+/// One block's items, in vLLM's order: the LoRA name (when the event has one), multimodal
+/// pairs, the cache salt, prompt-embeddings digests (`to_event_extra_keys`).
+fn one_block_keys(items: &[RawExtraKey], lora_name: Option<&str>) -> Result<Vec<ExtraKey>, String> {
+    let mut lora = lora_name.filter(|name| !name.is_empty());
+    let mut salt_seen = false;
+    let mut keys = Vec::with_capacity(items.len());
+    for item in items {
+        match item {
+            RawExtraKey::Text(text) => {
+                if let Some(name) = lora.take() {
+                    if text != name {
+                        return Err(format!(
+                            "the first bare string {text:?} is not the event's lora_name {name:?}"
+                        ));
+                    }
+                } else if !salt_seen {
+                    salt_seen = true;
+                    keys.push(ExtraKey::CacheSalt(text.clone()));
+                } else {
+                    return Err(format!(
+                        "a second bare string {text:?} after the cache salt (no such key)"
+                    ));
+                }
+            }
+            RawExtraKey::Multimodal(identifier, offset) => keys.push(ExtraKey::Multimodal {
+                identifier: identifier.clone(),
+                offset: *offset,
+            }),
+            RawExtraKey::Bytes(digest) => keys.push(ExtraKey::PromptEmbeds(digest.clone())),
+            RawExtraKey::Unknown(what) => {
+                return Err(format!("{what} is not a key vLLM publishes"));
+            }
+        }
+    }
+    Ok(keys)
 }

@@ -21,13 +21,14 @@
 mod decode;
 mod endpoint;
 mod map;
-mod sequence;
+pub(crate) mod sequence;
 mod stats;
 mod subscriber;
 mod transport;
 
 pub use decode::{
-    BlockRemoved, BlockStored, DecodeError, Engine, EngineEvent, KvEventBatch, decode_batch,
+    BlockRemoved, BlockStored, DecodeError, Engine, EngineEvent, KvEventBatch, RawExtraKey,
+    decode_batch,
 };
 pub use endpoint::{Dial, DpRank, EngineEndpoint, IngestError, SubscriberConfig};
 pub use map::{EventMapper, MapConfig, MapError, Mapped};
