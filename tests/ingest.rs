@@ -271,7 +271,11 @@ fn newer_fields_are_ignored_and_older_events_lack_some() {
         Value::Nil,
         "GPU".into(),
         Value::Nil,
-        Value::Array(vec![Value::Array(vec!["mm".into(), 3.into()])]),
+        // One block, keyed by one multimodal item starting 3 tokens in (vLLM 0.33's shape).
+        Value::Array(vec![Value::Array(vec![Value::Array(vec![
+            "image-id".into(),
+            3.into(),
+        ])])]),
         2.into(),
         "full_attention".into(),
         Value::Nil,
