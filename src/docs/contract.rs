@@ -8,8 +8,15 @@
 //! ## Words
 //!
 //! - A **block** is a fixed number of tokens of one sequence (the engine's block size).
-//! - Its **local hash** ([`LocalHash`](crate::LocalHash)) hashes the block's tokens alone; the
-//!   router computes it from a request's tokens ([`hash::local_hashes`](crate::hash::local_hashes)).
+//! - Its **local hash** ([`LocalHash`](crate::LocalHash)) hashes the block's tokens and its
+//!   **extra keys**, when it has some: each multimodal item whose placeholders overlap the
+//!   block (identifier, and start relative to the block), the request's cache salt (first block
+//!   only), a digest of the block's prompt embeddings, each tagged by kind
+//!   ([`hash::ExtraKey`](crate::hash::ExtraKey)); the LoRA adapter seeds the hash. Two blocks
+//!   with equal tokens and different extra keys are different blocks. A block without extra
+//!   keys hashes its tokens alone, as before. The router computes it from a request's tokens and
+//!   features ([`hash::local_hashes_with_features`](crate::hash::local_hashes_with_features)),
+//!   the ingest from the engine's events.
 //! - Its **sequence hash** ([`SeqHash`](crate::SeqHash)) is the engine's name for the block *and
 //!   its whole prefix*. It is opaque: any engine's algorithm works, and the index only uses it as
 //!   a handle (parents of stores, blocks of removes).
