@@ -2,7 +2,7 @@
 
 use super::check::Op;
 use super::step::Step;
-use crate::hash::next_seq_hash;
+use crate::hash::{ExtraKey, SEED, block_local_hash, next_seq_hash};
 use crate::types::{Block, Event, LocalHash, SeqHash, Worker};
 use std::collections::HashMap;
 
@@ -22,6 +22,12 @@ const FORK: [u32; PATHS] = [0, 8, 17, 16, 33, 7, 1, 64, 31, 63, 65, 15, 32, 9, 1
 /// Paths form a tree: path `p > 0` shares path `p / 2`'s local hashes before its fork position.
 /// Odd paths differ from their parent *only* at the fork and rejoin its local hashes after it, so
 /// an index that matches positions by local hash alone over-counts on them.
+///
+/// Local hashes are real block hashes ([`block_local_hash`]) of a few tokens and the block's
+/// extra keys. Half the forks are made of keys alone, over the parent's very tokens: paths
+/// `4k + 2` add a key to every block from their fork on (an image starting at the fork, the same
+/// image one token later, a prompt-embeddings digest, a cache salt), paths `4k + 3` to the fork
+/// block only (a key on some blocks only) before they rejoin.
 #[derive(Clone, Debug)]
 pub struct Universe {
     /// Distinct worker ids.
@@ -129,10 +135,18 @@ impl Universe {
 
     /// The local hash of block `pos` of path `p`.
     pub fn local(&self, p: usize, pos: u32) -> LocalHash {
-        let mut p = p % PATHS;
+        let mut keys = Vec::new();
+        let tokens_of = self.identity(p % PATHS, pos, &mut keys);
+        let mix = self.mix(tokens_of as u64, u64::from(pos));
+        let tokens = [mix as u32, (mix >> 32) as u32, pos, tokens_of as u32];
+        block_local_hash(&tokens, SEED, &keys)
+    }
+
+    /// Whose tokens block `pos` of path `p` has, with its extra keys pushed onto `keys`.
+    fn identity(&self, mut p: usize, pos: u32, keys: &mut Vec<ExtraKey>) -> usize {
         loop {
             if p == 0 {
-                return LocalHash(self.mix(0, u64::from(pos)));
+                return 0;
             }
             let fork = FORK[p];
             let rejoins = p % 2 == 1;
@@ -140,7 +154,30 @@ impl Universe {
                 p /= 2;
                 continue;
             }
-            return LocalHash(self.mix(p as u64, u64::from(pos)));
+            if p % 4 < 2 {
+                return p; // A fork of tokens.
+            }
+            // A fork of keys: the parent's tokens (and keys), and one key of this path's own.
+            keys.push(Self::key(p, fork, pos));
+            p /= 2;
+        }
+    }
+
+    /// The extra key path `p` (forking at `fork` by keys) gives block `pos`.
+    fn key(p: usize, fork: u32, pos: u32) -> ExtraKey {
+        let from_fork = i64::from(fork) - i64::from(pos);
+        match p / 4 {
+            // One image starting at the fork, and the same image a token later.
+            0 => ExtraKey::Multimodal {
+                identifier: "image-a".into(),
+                offset: from_fork,
+            },
+            1 => ExtraKey::Multimodal {
+                identifier: "image-a".into(),
+                offset: from_fork + 1,
+            },
+            2 => ExtraKey::PromptEmbeds(vec![p as u8; 32]),
+            _ => ExtraKey::CacheSalt(format!("tenant-{}", p % 4)),
         }
     }
 
@@ -343,5 +380,40 @@ impl Universe {
         (0..PATHS)
             .map(|p| self.locals(p, self.max_pos + 1))
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn some_forks_are_made_of_extra_keys_alone() {
+        let universe = Universe::new(1, 1, 160, 7);
+        let mut keys = Vec::new();
+        // Path 2 forks from path 1 at 17 by an image: its parent's tokens there (path 1 has
+        // rejoined path 0's), and a key of its own.
+        assert_eq!(universe.identity(2, 17, &mut keys), 0);
+        assert_eq!(
+            keys,
+            [ExtraKey::Multimodal {
+                identifier: "image-a".into(),
+                offset: 0
+            }]
+        );
+        assert_ne!(universe.local(2, 17), universe.local(1, 17));
+        assert_eq!(universe.local(2, 16), universe.local(1, 16));
+        // Path 6 holds the same image one token later; path 3 keys its fork block only.
+        keys.clear();
+        universe.identity(6, 3, &mut keys);
+        assert_eq!(
+            keys,
+            [ExtraKey::Multimodal {
+                identifier: "image-a".into(),
+                offset: -1
+            }]
+        );
+        assert_ne!(universe.local(3, 16), universe.local(1, 16));
+        assert_eq!(universe.local(3, 17), universe.local(1, 17));
     }
 }
