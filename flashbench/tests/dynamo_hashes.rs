@@ -67,3 +67,54 @@ fn documented_vectors_are_dynamos() {
     let (locals, _) = dynamo(&tokens, 16, Salt::lora("my-lora"));
     assert_eq!(locals[0], 4148081000444450790);
 }
+
+#[test]
+fn multimodal_blocks_hash_as_dynamo_does() {
+    use dynamo_kv_router::protocols::{BlockExtraInfo, BlockMmObjectInfo};
+
+    let tokens: Vec<u32> = (0..256u32).map(|t| t.wrapping_mul(2_654_435_761)).collect();
+    // Blocks of 16: none, one object, two objects (given unsorted), an empty list, and blocks
+    // past the list's end.
+    let objects: [Option<Vec<u64>>; 5] = [
+        None,
+        Some(vec![0x1234_5678_9abc_def0]),
+        Some(vec![u64::MAX, 7]),
+        Some(vec![]),
+        Some(vec![7]),
+    ];
+    let infos: Vec<Option<BlockExtraInfo>> = objects
+        .iter()
+        .map(|block| {
+            block.as_ref().map(|hashes| BlockExtraInfo {
+                mm_objects: hashes
+                    .iter()
+                    .map(|&mm_hash| BlockMmObjectInfo {
+                        mm_hash,
+                        offsets: vec![(0, 4)],
+                    })
+                    .collect(),
+            })
+        })
+        .collect();
+    for salt in [
+        Salt::NONE,
+        Salt::lora("my-lora"),
+        Salt::namespace("tenant-a"),
+    ] {
+        let options = BlockHashOptions {
+            block_mm_infos: Some(&infos),
+            lora_name: salt.lora_name,
+            cache_namespace: salt.cache_namespace,
+            ..Default::default()
+        };
+        let theirs: Vec<u64> = compute_block_hash_for_seq(&tokens, 16, options)
+            .iter()
+            .map(|l| l.0)
+            .collect();
+        let ours: Vec<u64> = hash::local_hashes_dynamo_mm(&tokens, 16, salt, &objects)
+            .iter()
+            .map(|l| l.0)
+            .collect();
+        assert_eq!(ours, theirs, "{salt:?}");
+    }
+}

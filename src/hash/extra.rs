@@ -172,3 +172,51 @@ pub fn local_hashes_with_features(
         })
         .collect()
 }
+
+/// Local hashes as Dynamo's router computes them for a request with multimodal objects
+/// (`compute_block_hash_for_seq` with `block_mm_infos`, `dynamo-kv-router` 1.6): a block with
+/// objects hashes its tokens' bytes followed by the objects' 64-bit hashes, sorted, little-endian,
+/// under the seed of `salt`; a block without hashes as
+/// [`local_hashes_salted`](super::local_hashes_salted) does. `block_mm_hashes[i]` lists block `i`'s objects (Dynamo's
+/// `BlockMmObjectInfo::mm_hash`; their offsets do not enter Dynamo's hash).
+///
+/// This is Dynamo's identity of a multimodal block, for routers whose engines publish Dynamo's
+/// hashes; vLLM's own keys are [`local_hashes_with_features`].
+///
+/// ```
+/// use flash_indexer::hash::{self, Salt};
+///
+/// let tokens: Vec<u32> = (0..32).collect();
+/// let mm = [None, Some(vec![7u64, 3])];
+/// let locals = hash::local_hashes_dynamo_mm(&tokens, 16, Salt::NONE, &mm);
+/// assert_eq!(locals[0], hash::local_hashes(&tokens, 16)[0]);
+/// assert_ne!(locals[1], hash::local_hashes(&tokens, 16)[1]);
+/// ```
+pub fn local_hashes_dynamo_mm(
+    tokens: &[u32],
+    block_size: usize,
+    salt: Salt<'_>,
+    block_mm_hashes: &[Option<Vec<u64>>],
+) -> Vec<LocalHash> {
+    let seed = salt.seed();
+    if block_size == 0 || block_size > tokens.len() {
+        return Vec::new();
+    }
+    let mut bytes = Vec::with_capacity(block_size * 4);
+    let mut sorted = Vec::new();
+    tokens
+        .chunks_exact(block_size)
+        .enumerate()
+        .map(|(i, block)| {
+            bytes.clear();
+            bytes.extend(block.iter().flat_map(|t| t.to_le_bytes()));
+            if let Some(Some(objects)) = block_mm_hashes.get(i) {
+                sorted.clear();
+                sorted.extend_from_slice(objects);
+                sorted.sort_unstable();
+                bytes.extend(sorted.iter().flat_map(|h| h.to_le_bytes()));
+            }
+            LocalHash(xxh3_64_with_seed(&bytes, seed))
+        })
+        .collect()
+}

@@ -17,7 +17,8 @@ use xxhash_rust::xxh3::xxh3_64_with_seed;
 mod extra;
 
 pub use extra::{
-    ExtraKey, Features, MmItem, block_extra_keys, block_local_hash, local_hashes_with_features,
+    ExtraKey, Features, MmItem, block_extra_keys, block_local_hash, local_hashes_dynamo_mm,
+    local_hashes_with_features,
 };
 
 /// The XXH3 seed of local and sequence hashes when no LoRA adapter is involved.
