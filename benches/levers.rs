@@ -38,7 +38,7 @@
 //! thread's only):
 //! - `reclaim/epoch_frees`: each block a deferred free of crossbeam-epoch's, as the tree
 //!   retired before its graveyard: the collecting thread frees the writer's allocations;
-//! - `reclaim/graveyard`: the tree's graveyard (`layouts/tree/graveyard.rs`): the writer hands
+//! - `reclaim/graveyard`: the tree's graveyard (`src/layouts/tree/graveyard.rs`): the writer hands
 //!   its batch to the epoch as one deferred function, and the collecting thread only moves it
 //!   onto a list that writers free.
 

@@ -2,7 +2,7 @@
 
 use crate::error::EventError;
 use crate::scores::OverlapScores;
-use crate::types::{Event, EventView, LocalHash, Worker};
+use crate::types::{Event, EventView, LocalHash, SeqHash, Worker};
 
 /// A global index of which worker holds which KV blocks.
 ///
@@ -39,6 +39,36 @@ pub trait KvIndex: Send + Sync {
     /// Blocks `worker` holds, reachable or not (the router's tie-breaker).
     fn block_count(&self, worker: Worker) -> usize;
 
+    /// Whether `worker` holds the block `seq`, reachable or not (Dynamo's
+    /// `ContainsWorkerBlock`).
+    ///
+    /// Every index of this crate answers from its own per-worker state, without a scan. The
+    /// default, for indexes outside the crate, scans [`dump`](Self::dump), which may leave out
+    /// held blocks that are unreachable: override it where that matters.
+    fn holds(&self, worker: Worker, seq: SeqHash) -> bool {
+        self.dump().iter().any(|event| {
+            event.worker == worker
+                && matches!(&event.kind, crate::EventKind::Stored { blocks, .. }
+                    if blocks.iter().any(|b| b.seq == seq))
+        })
+    }
+
+    /// Every worker that holds a block, with [`block_count`](Self::block_count) blocks, in no
+    /// particular order.
+    ///
+    /// Every index of this crate answers from its table of workers. The default, for indexes
+    /// outside the crate, counts the blocks of [`dump`](Self::dump), which may leave out held
+    /// blocks that are unreachable: override it where that matters.
+    fn block_counts(&self) -> Vec<(Worker, usize)> {
+        let mut counts: std::collections::BTreeMap<Worker, usize> = Default::default();
+        for event in self.dump() {
+            if let crate::EventKind::Stored { blocks, .. } = &event.kind {
+                *counts.entry(event.worker).or_default() += blocks.len();
+            }
+        }
+        counts.into_iter().collect()
+    }
+
     /// Events that, applied in order to an empty index, give identical `find_matches` results
     /// for every query. Held-but-unreachable blocks may be left out.
     fn dump(&self) -> Vec<Event>;
@@ -72,6 +102,12 @@ macro_rules! forward_kv_index {
             }
             fn block_count(&self, worker: Worker) -> usize {
                 (**self).block_count(worker)
+            }
+            fn holds(&self, worker: Worker, seq: SeqHash) -> bool {
+                (**self).holds(worker, seq)
+            }
+            fn block_counts(&self) -> Vec<(Worker, usize)> {
+                (**self).block_counts()
             }
             fn dump(&self) -> Vec<Event> {
                 (**self).dump()

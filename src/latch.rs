@@ -1,6 +1,6 @@
 //! A count-down latch: the writer pool's flush barrier.
 //!
-//! Public only so that the loom models in `loom_tests/` can check it; not part of the API.
+//! Public only so that the loom models in `src/loom_tests.rs` can check it; not part of the API.
 
 use crate::sync::{Condvar, Mutex, lock};
 

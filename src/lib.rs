@@ -36,7 +36,7 @@
 
 #[cfg(feature = "approximate")]
 pub mod approx;
-// The generic core, in `src/core/`; named apart from `::core`, which it would shadow.
+// The generic core; named apart from `::core`, which it would shadow.
 #[cfg(not(loom))]
 mod counters;
 pub mod docs;
@@ -45,7 +45,6 @@ pub mod hash;
 #[cfg_attr(loom, allow(dead_code))]
 mod inbox;
 mod index;
-#[path = "core/mod.rs"]
 mod index_core;
 #[cfg(all(feature = "vllm", not(loom)))]
 pub mod ingest;
@@ -59,15 +58,13 @@ mod scores;
 mod sync;
 mod types;
 
-#[path = "../layouts/mod.rs"]
 pub mod layouts;
 
 #[cfg(feature = "testing")]
 pub mod testing;
 
-// The loom models live in their own folder but are compiled into the crate.
+// The loom models of our own concurrent code (`cfg(loom)` builds only).
 #[cfg(all(test, loom))]
-#[path = "../loom_tests/loom.rs"]
 mod loom_tests;
 
 #[cfg(feature = "approximate")]

@@ -252,6 +252,20 @@ impl KvIndex for NaiveIndexer {
         self.lock().get(&worker).map_or(0, |h| h.held.len())
     }
 
+    fn holds(&self, worker: Worker, seq: SeqHash) -> bool {
+        self.lock()
+            .get(&worker)
+            .is_some_and(|h| h.held.contains_key(&seq))
+    }
+
+    fn block_counts(&self) -> Vec<(Worker, usize)> {
+        self.lock()
+            .iter()
+            .map(|(worker, h)| (*worker, h.held.len()))
+            .filter(|&(_, n)| n > 0)
+            .collect()
+    }
+
     fn dump(&self) -> Vec<Event> {
         let workers = self.lock();
         let mut events = Vec::new();

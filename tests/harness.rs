@@ -2,7 +2,9 @@
 //! a classic jump-search bug is caught.
 
 use flash_indexer::testing::{Profile, agrees_with_reference, assert_agrees_with_reference};
-use flash_indexer::{Event, EventError, KvIndex, LocalHash, NaiveIndexer, OverlapScores, Worker};
+use flash_indexer::{
+    Event, EventError, KvIndex, LocalHash, NaiveIndexer, OverlapScores, SeqHash, Worker,
+};
 
 #[test]
 fn reference_agrees_with_itself_adversarial() {
@@ -44,6 +46,12 @@ impl KvIndex for SkipsScanBack {
     }
     fn block_count(&self, worker: Worker) -> usize {
         self.0.block_count(worker)
+    }
+    fn holds(&self, worker: Worker, seq: SeqHash) -> bool {
+        self.0.holds(worker, seq)
+    }
+    fn block_counts(&self) -> Vec<(Worker, usize)> {
+        self.0.block_counts()
     }
     fn dump(&self) -> Vec<Event> {
         self.0.dump()

@@ -23,7 +23,7 @@ pub fn flash_event_in(
     mut blocks: Vec<Block>,
     mut seqs: Vec<SeqHash>,
 ) -> Event {
-    let worker = Worker::new(event.worker_id, event.event.dp_rank);
+    let worker = flash_worker(WorkerWithDpRank::new(event.worker_id, event.event.dp_rank));
     let id = event.event.event_id;
     match &event.event.data {
         KvCacheEventData::Stored(stored) => {

@@ -2,15 +2,14 @@
 //! on the caller's thread, so an event is visible to queries as soon as `apply_event` returns.
 
 use super::FlashIndexer;
-use super::convert::{local_hashes, overlap_scores};
+use super::convert::{flash_worker, local_hashes, overlap_scores};
 use async_trait::async_trait;
 use dynamo_kv_router::indexer::{KvIndexerInterface, KvRouterError, ShardSizeSnapshot};
 use dynamo_kv_router::protocols::{
     BlockHashOptions, DpRank, LocalBlockHash, OverlapScores, RouterEvent, TokensWithHashes,
     WorkerId, WorkerWithDpRank, compute_block_hash_for_seq,
 };
-use flash_indexer::{EventKind, KvIndex, Worker};
-use std::collections::HashMap;
+use flash_indexer::KvIndex;
 
 #[async_trait]
 impl<I: KvIndex> KvIndexerInterface for FlashIndexer<I> {
@@ -58,7 +57,7 @@ impl<I: KvIndex> KvIndexerInterface for FlashIndexer<I> {
 
     async fn remove_worker_dp_rank(&self, worker: WorkerId, dp_rank: DpRank) {
         self.index
-            .remove_worker_dp_rank(Worker::new(worker, dp_rank));
+            .remove_worker_dp_rank(flash_worker(WorkerWithDpRank::new(worker, dp_rank)));
     }
 
     /// The removal is visible when the call returns: nothing is queued.
@@ -68,7 +67,7 @@ impl<I: KvIndex> KvIndexerInterface for FlashIndexer<I> {
         dp_rank: DpRank,
     ) -> Result<(), KvRouterError> {
         self.index
-            .remove_worker_dp_rank(Worker::new(worker, dp_rank));
+            .remove_worker_dp_rank(flash_worker(WorkerWithDpRank::new(worker, dp_rank)));
         Ok(())
     }
 
@@ -98,19 +97,14 @@ impl<I: KvIndex> KvIndexerInterface for FlashIndexer<I> {
         0
     }
 
-    /// One shard: the workers holding blocks and their blocks (counted from a dump of the index:
-    /// a cold path).
+    /// One shard: the workers holding blocks and every block they hold, reachable or not (the
+    /// contract's `block_count`), from the index's table of workers.
     async fn shard_sizes(&self) -> Vec<ShardSizeSnapshot> {
-        let mut blocks: HashMap<Worker, usize> = HashMap::new();
-        for event in self.index.dump() {
-            if let EventKind::Stored { blocks: stored, .. } = &event.kind {
-                *blocks.entry(event.worker).or_default() += stored.len();
-            }
-        }
+        let counts = self.index.block_counts();
         vec![ShardSizeSnapshot {
             shard_idx: 0,
-            worker_count: blocks.len(),
-            block_count: blocks.values().sum(),
+            worker_count: counts.len(),
+            block_count: counts.iter().map(|&(_, n)| n).sum(),
             node_count: 0,
         }]
     }

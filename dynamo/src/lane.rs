@@ -7,17 +7,17 @@
 
 use super::FlashIndexer;
 use super::convert::{
-    dynamo_worker, event_error, flash_event, flash_event_in, into_buffers, overlap_scores,
+    dynamo_worker, event_error, flash_event, flash_event_in, flash_worker, into_buffers,
+    overlap_scores,
 };
 use dynamo_kv_router::indexer::{
     EventKind, EventWarningKind, KvIndexerMetrics, PreBoundEventCounters, SyncIndexer,
     WorkerLookupStats, WorkerTask,
 };
 use dynamo_kv_router::protocols::{
-    ExternalSequenceBlockHash, KvCacheEventError, LocalBlockHash, OverlapScores, RouterEvent,
-    WorkerWithDpRank,
+    KvCacheEventError, LocalBlockHash, OverlapScores, RouterEvent, WorkerWithDpRank,
 };
-use flash_indexer::{Block, EventKind as FlashEventKind, KvIndex, LocalHash, SeqHash, Worker};
+use flash_indexer::{Block, EventKind as FlashEventKind, KvIndex, LocalHash, SeqHash};
 use std::collections::HashSet;
 use std::sync::Arc;
 
@@ -77,20 +77,6 @@ impl<I: KvIndex> FlashIndexer<I> {
     }
 }
 
-/// Whether `worker` holds `block`: a scan of the index's dump (a cold, diagnostic path; the
-/// index keeps no per-block lookup by worker outside its writers' locks).
-fn holds<I: KvIndex>(
-    index: &I,
-    worker: WorkerWithDpRank,
-    block: ExternalSequenceBlockHash,
-) -> bool {
-    index.dump().iter().any(|event| {
-        dynamo_worker(event.worker) == worker
-            && matches!(&event.kind, FlashEventKind::Stored { blocks, .. }
-                if blocks.iter().any(|b| b.seq.0 == block.0))
-    })
-}
-
 thread_local! {
     /// The querying thread's buffer for the query in our types.
     static QUERY: std::cell::RefCell<Vec<LocalHash>> = const { std::cell::RefCell::new(Vec::new()) };
@@ -138,13 +124,12 @@ impl<I: KvIndex> Lane<'_, I> {
                 let worker = WorkerWithDpRank::new(worker_id, dp_rank);
                 self.workers.remove(&worker);
                 // Sent to the lane that applies this rank's events, after them.
-                self.index
-                    .remove_worker_dp_rank(Worker::new(worker_id, dp_rank));
+                self.index.remove_worker_dp_rank(flash_worker(worker));
             }
             WorkerTask::Stats(resp) => {
                 let stats =
                     WorkerLookupStats::from_worker_block_counts(self.workers.iter().map(|&w| {
-                        let count = self.index.block_count(Worker::new(w.worker_id, w.dp_rank));
+                        let count = self.index.block_count(flash_worker(w));
                         (w, count)
                     }));
                 let _ = resp.send(stats);
@@ -154,7 +139,10 @@ impl<I: KvIndex> Lane<'_, I> {
                 block_hash,
                 resp,
             } => {
-                let holds = holds(self.index, worker, block_hash);
+                // Every held block counts, reachable or not (the contract's `holds`).
+                let holds = self
+                    .index
+                    .holds(flash_worker(worker), SeqHash(block_hash.0));
                 let _ = resp.send(holds);
             }
             // Each lane answers with nothing: the pool dumps through `SyncIndexer::dump_events`,

@@ -205,3 +205,67 @@ async fn refused_events_change_nothing_and_later_events_apply() {
     assert_eq!(pool.backend().index().block_count(worker), 1);
     pool.shutdown();
 }
+
+/// A chain of 6 blocks of `worker` with block 2 removed: blocks 3 to 5 are held but unreachable.
+fn chain_with_a_hole(worker: Worker) -> [Event; 2] {
+    let blocks = (0..6)
+        .map(|i| Block::new(LocalHash(100 + i), SeqHash(200 + i)))
+        .collect();
+    [
+        Event::stored(worker, 1, None, blocks),
+        Event::removed(worker, 2, vec![SeqHash(202)]),
+    ]
+}
+
+async fn holes_count_as_held<I: KvIndex + Default + 'static>() {
+    use dynamo_kv_router::indexer::{SyncIndexer, WorkerTask};
+    use dynamo_kv_router::protocols::ExternalSequenceBlockHash;
+
+    let worker = Worker::new(4, 1);
+    let backend = std::sync::Arc::new(FlashIndexer::<I>::new());
+    let pool = ThreadPoolIndexer::new(FlashIndexer::<I>::new(), 2, 16);
+    for event in chain_with_a_hole(worker) {
+        backend.index().apply(&event).ok();
+        pool.apply_event(router_event(&event)).await;
+    }
+    pool.flush().await;
+    // ContainsWorkerBlock, as Dynamo's pool sends it to a lane: every held block, reachable or
+    // not; the removed one is not held.
+    let (tasks, lane) = flume::unbounded();
+    let lane_backend = std::sync::Arc::clone(&backend);
+    let lane_thread = std::thread::spawn(move || lane_backend.worker(lane, None));
+    let cases = [
+        (200, true),
+        (202, false),
+        (203, true),
+        (205, true),
+        (999, false),
+    ];
+    for (seq, held) in cases {
+        let (resp, answer) = tokio::sync::oneshot::channel();
+        let task = WorkerTask::ContainsWorkerBlock {
+            worker: WorkerWithDpRank::new(4, 1),
+            block_hash: ExternalSequenceBlockHash(seq),
+            resp,
+        };
+        tasks.send(task).unwrap();
+        assert_eq!(answer.await.unwrap(), held, "block {seq}");
+    }
+    tasks.send(WorkerTask::Terminate).unwrap();
+    lane_thread.join().unwrap().unwrap();
+    // Shard sizes count every held block, as block_count does: 5, not the 2 reachable ones.
+    for sizes in [pool.shard_sizes().await, backend.shard_sizes().await] {
+        let (workers, blocks) = (sizes[0].worker_count, sizes[0].block_count);
+        assert_eq!((workers, blocks), (1, 5), "{sizes:?}");
+    }
+    assert_eq!(backend.index().block_count(worker), 5);
+    pool.shutdown();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hole_in_the_chain_leaves_its_descendants_held_for_dynamos_calls() {
+    holes_count_as_held::<PositionalIndexer>().await;
+    holes_count_as_held::<ArrayIndexer>().await;
+    holes_count_as_held::<RadixIndexer>().await;
+    holes_count_as_held::<NaiveIndexer>().await;
+}

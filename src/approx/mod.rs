@@ -52,7 +52,7 @@ use crate::error::EventError;
 use crate::index::KvIndex;
 use crate::scores::OverlapScores;
 use crate::sync::{Mutex, lock};
-use crate::types::{Event, EventView, LocalHash, Worker};
+use crate::types::{Event, EventView, LocalHash, SeqHash, Worker};
 use core::time::Duration;
 use predictions::Predictions;
 
@@ -203,6 +203,14 @@ impl<I: KvIndex> KvIndex for ApproximateIndexer<I> {
 
     fn block_count(&self, worker: Worker) -> usize {
         self.index.block_count(worker)
+    }
+
+    fn holds(&self, worker: Worker, seq: SeqHash) -> bool {
+        self.index.holds(worker, seq)
+    }
+
+    fn block_counts(&self) -> Vec<(Worker, usize)> {
+        self.index.block_counts()
     }
 
     /// The index's dump: exact and predicted blocks alike, as stores.

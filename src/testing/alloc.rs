@@ -73,7 +73,7 @@ pub fn collect_garbage() {
 /// bag leaves the queue one node longer or shorter at random, and the heap's size after the
 /// call with it. Each round advances the epoch once and frees up to 8 expired bags. What this
 /// thread's tree writes retired is handed over first, and the tree's objects whose grace period
-/// passed are freed last (writers free those, never a query: `layouts/tree/graveyard.rs`).
+/// passed are freed last (writers free those, never a query: `src/layouts/tree/graveyard.rs`).
 pub(crate) fn flush_epochs(rounds: usize) {
     #[cfg(any(feature = "positional", feature = "array", feature = "radix"))]
     crate::layouts::tree::graveyard::flush(&crossbeam_epoch::pin());

@@ -3,7 +3,7 @@
 use crate::index::KvIndex;
 use crate::naive::NaiveIndexer;
 use crate::scores::OverlapScores;
-use crate::types::{Event, EventKind, LocalHash, Worker};
+use crate::types::{Event, EventKind, LocalHash, SeqHash, Worker};
 use core::fmt;
 
 /// One concrete operation on an index.
@@ -134,9 +134,45 @@ pub fn check_ops_on_each(
                     return Err((i, Divergence { at, what }));
                 }
             }
+            // Whether the worker holds each block the event named (a hole included).
+            let seqs: Vec<SeqHash> = match &event.kind {
+                EventKind::Stored { parent, blocks } => parent
+                    .iter()
+                    .copied()
+                    .chain(blocks.iter().map(|b| b.seq))
+                    .collect(),
+                EventKind::Removed { blocks } => blocks.clone(),
+                EventKind::Cleared => Vec::new(),
+            };
+            for seq in seqs {
+                let want = reference.holds(event.worker, seq);
+                for (i, index) in indexes.iter().enumerate() {
+                    if index.holds(event.worker, seq) != want {
+                        let what = format!(
+                            "holds({}, {seq:?}) after {}: got {}, want {want}",
+                            event.worker,
+                            summarize(op),
+                            !want
+                        );
+                        return Err((i, Divergence { at, what }));
+                    }
+                }
+            }
         }
     }
     let at = ops.len();
+    let sorted = |mut counts: Vec<(Worker, usize)>| {
+        counts.sort_unstable();
+        counts
+    };
+    let want = sorted(reference.block_counts());
+    for (i, index) in indexes.iter().enumerate() {
+        let got = sorted(index.block_counts());
+        if got != want {
+            let what = format!("closing block_counts(): got {got:?}, want {want:?}");
+            return Err((i, Divergence { at, what }));
+        }
+    }
     for w in workers {
         let want = reference.block_count(*w);
         for (i, index) in indexes.iter().enumerate() {

@@ -225,6 +225,19 @@ impl KvIndex for Reference {
         self.chains().held.get(&worker).map_or(0, HashMap::len)
     }
 
+    fn holds(&self, worker: Worker, seq: SeqHash) -> bool {
+        self.chains()
+            .held
+            .get(&worker)
+            .is_some_and(|held| held.contains_key(&seq))
+    }
+
+    fn block_counts(&self) -> Vec<(Worker, usize)> {
+        let chains = self.chains();
+        let counts = chains.held.iter().map(|(w, held)| (*w, held.len()));
+        counts.filter(|&(_, n)| n > 0).collect()
+    }
+
     fn dump(&self) -> Vec<Event> {
         self.naive.dump()
     }

@@ -39,7 +39,7 @@ use crate::error::EventError;
 use crate::index::KvIndex;
 use crate::scores::OverlapScores;
 use crate::sync::{Arc, lock};
-use crate::types::{Event, EventKindView, EventView, LocalHash, Worker};
+use crate::types::{Event, EventKindView, EventView, LocalHash, SeqHash, Worker};
 use canon::Canon;
 use held::HeldBlocks;
 use worker_table::{WorkerCell, WorkerTable};
@@ -246,6 +246,26 @@ impl<L: Layout> KvIndex for Indexer<L> {
                 .as_ref()
                 .map_or(0, HeldBlocks::block_count)
         })
+    }
+
+    fn holds(&self, worker: Worker, seq: SeqHash) -> bool {
+        self.workers
+            .cell(worker)
+            .is_some_and(|cell| lock(&cell.state).as_ref().is_some_and(|st| st.holds(seq)))
+    }
+
+    fn block_counts(&self) -> Vec<(Worker, usize)> {
+        self.workers
+            .all_cells()
+            .into_iter()
+            .map(|(worker, cell)| {
+                let count = lock(&cell.state)
+                    .as_ref()
+                    .map_or(0, HeldBlocks::block_count);
+                (worker, count)
+            })
+            .filter(|&(_, n)| n > 0)
+            .collect()
     }
 
     fn dump(&self) -> Vec<Event> {

@@ -25,8 +25,7 @@
 //! Edges are not cut at checkpoints: the keyed layouts' trees are the radix layout's, node for
 //! node, so a walk crosses no more nodes in them. Cutting every edge at each checkpoint, as
 //! the keyed layouts did before, made the node at a checkpoint start there and the index hold
-//! the nodes themselves, and cost the trace's deep queries a node (about 50-75 ns) per 128
-//! blocks: those matching 512 blocks and more took 1.4-1.7 times the radix layout's time.
+//! the nodes themselves, and cost the trace's deep queries a node per 128 blocks (paper §6.14).
 //!
 //! A node's anchors enter the index when it is created, under its parent's lock, and leave it
 //! when it is unlinked, under the same lock and before it is retired. So an anchor found in

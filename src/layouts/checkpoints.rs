@@ -10,14 +10,10 @@ use crossbeam_epoch::Guard;
 /// Positions between two checkpoints of the positional and array layouts.
 ///
 /// A longer stride means fewer index entries and probes, and a longer walk (at most
-/// `STRIDE - 1` blocks compared contiguously) to finish each drained worker. When edges were
-/// still cut at checkpoints, at 64 the Mooncake trace's deep queries (several hundred to 1,500
-/// blocks matched) crossed a node every 64 blocks, and the trace's query p99 and p99.9 were
-/// about 1.8 times the radix layout's (one thread, replayed directly: p99 2.2-2.4 us against
-/// 1.0-1.3, p99.9 3.4-4.0 against 1.7-2.1); at 128 (the longest run the canonical hash folds
-/// in one step, [`MAX_FOLD`](crate::index_core::canon::MAX_FOLD)) they were 1.3-1.7 and
-/// 2.3-3.2 us against 1.1-1.3 and 2.0-2.3 in the same session, and on Dynamo's workload,
-/// whose sequence tails start at position 64, no tail has a key to store or remove.
+/// `STRIDE - 1` blocks compared contiguously) to finish each drained worker. 128 is the longest
+/// run the canonical hash folds in one step ([`MAX_FOLD`](crate::index_core::canon::MAX_FOLD)),
+/// halved the trace's deep-query tail against 64, and leaves Dynamo's sequence tails (from
+/// position 64) without a key to store or remove (paper §6.12).
 pub(crate) const STRIDE: u32 = 128;
 
 /// A hasher for keys made of canonical hashes (and positions). Canonical hashes are already

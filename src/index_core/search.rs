@@ -56,27 +56,10 @@ pub const MAX_JUMP: u32 = 256;
 /// instead of walking on (at the default jump).
 ///
 /// A probe waits on two misses (the index's slot, then the anchor) after rolling the skipped
-/// blocks' canonical hashes, which costs more a block than comparing them with an edge; a walk
-/// waits on about one miss a node. So a probe pays where the walk hops nodes, and along long
-/// edges it does not. With edges no longer cut at checkpoints, on the Mooncake trace (replayed
-/// on one thread, each variant interleaved with the radix layout, 8 rounds) the positional
-/// layout's queries matching 512 blocks or more took 1.49 times the radix layout's time
-/// probing after every stride nobody left, 1.07-1.14 times probing only after strides that
-/// went down to 2 nodes or more, and 1.09 times (the array layout's 1.05) walking on to the
-/// last checkpoint in one leg where they did not; the p99.9 was 1.33, 1.07-1.09 and 1.10
-/// (1.00) times the radix layout's. Making that leg and the rest one walk, which no longer
-/// stops at the checkpoints to enter their nodes again, took the queries matching 128 to 511
-/// blocks from 1.18 to 1.09 times the radix layout's time (positional; array 1.16 to 1.07).
-///
-/// A walk that went down to that many nodes still walks on if a worker stopped on the way: the
-/// scan-back walks again the stride where each dropped worker stops, so a probe saves only where
-/// nobody leaves, and workers that stop in one stride of a query mostly stop in the next ones
-/// too. On one chain of 1,024 blocks, with a worker stopping at the end of every node (one
-/// thread, warm, medians of 1,000 queries), the positional layout's full hits took 511 ns
-/// instead of 661-671 with a node every 64 blocks (the radix layout 461-481), 892-921 instead of
-/// 1,051 every 32, and 1,573-1,582 instead of 1,723 every 16 (radix 1,412-1,442); with nobody
-/// stopping (a chain stored a few blocks an event) the search probes as before, 4.7 us against
-/// the radix layout's 14.5 at a node a block.
+/// blocks' canonical hashes; a walk waits on about one miss a node. So a probe pays where the
+/// walk hops nodes, not along long edges. And a walk that went down to that many nodes still
+/// walks on if a worker stopped on the way: the scan-back walks that stride again anyway, so a
+/// probe saves only where nobody leaves. How the threshold was measured: paper §6.14 and §6.19.
 const HOPS_TO_GALLOP: u32 = 2;
 
 /// The largest jump a gallop reaches: past it, a long shared prefix costs one probe per

@@ -9,9 +9,7 @@
 //! run is rolled in groups of [`EVERY`] blocks ([`Canon::roll`]: one reduction a group), the
 //! value after each group is kept, and a key is folded from the group before it when asked
 //! ([`Canon::extend`]: one product for the at most `EVERY` blocks). Each group's reduction
-//! waits for the one before it, so fewer, longer groups roll faster: groups of 32 instead of 8
-//! took the rolling from 3.5% to 2% of the array layout's store and remove profile (perf,
-//! Dynamo's workload, one thread).
+//! waits for the one before it, so fewer, longer groups roll faster (paper §6.12).
 
 use super::canon::{Canon, Key};
 use crate::types::LocalHash;

@@ -136,6 +136,11 @@ impl<L: Layout> HeldBlocks<L> {
         }
     }
 
+    /// Whether the block `seq` is held (a hole is not).
+    pub(crate) fn holds(&self, seq: SeqHash) -> bool {
+        self.held(seq).is_some()
+    }
+
     /// Where the held block `seq` is.
     fn held(&self, seq: SeqHash) -> Option<Loc> {
         self.place(seq).filter(|loc| !loc.is_hole())
@@ -262,8 +267,7 @@ impl<L: Layout> HeldBlocks<L> {
             let run = &self.runs[first.run as usize];
             let off = first.off();
             // The prefix is compared block by block against the run's seqs: their lines are
-            // asked for at once rather than one miss after another (1.5-2% of Dynamo's stores
-            // on one thread, in four interleaved pairs of 16-round medians).
+            // asked for at once rather than one miss after another (paper §6.16).
             let span = (run.seqs.len() - off).min(blocks.len());
             if span > 8 {
                 prefetch_slice(&run.seqs[off..off + span]);
@@ -683,9 +687,7 @@ impl<L: Layout> HeldBlocks<L> {
                     shared += 1;
                 }
                 // Straight from the stretches the run keeps, the last first: no handle a block
-                // is made, to be grouped by node again. Making them was a sixth of the samples
-                // of Dynamo's removes on one thread; without it, those removes ran 7-9% faster
-                // (three interleaved pairs of 11-round medians, each layout).
+                // is made, to be grouped by node again (paper §6.18).
                 let slot = self.slot;
                 run.handles.stretches_rev(from + shared, reach, |first, n| {
                     // SAFETY: the stretches hold what `add_run` returned for these blocks when
@@ -739,16 +741,12 @@ impl<L: Layout> HeldBlocks<L> {
             // call (the same end state as one at a time, and deepest first all the same).
             let run = &self.runs[id as usize];
             // The blocks this walk may compare, asked for at once: the run's seqs before the
-            // last one (read backwards) and the event's seqs after this one. Read cold one line
-            // after another, they held up most of the walk's samples on Dynamo's removes; asked
-            // for at once, one thread's removes there went 5-8% faster on the radix layout, and
-            // no slower on the positional one (two interleaved pairs of 12-round medians each).
+            // last one (read backwards) and the event's seqs after this one, which read cold one
+            // line after another held up most of the walk (paper §6.16).
             let span = off.min(seqs.len() - next);
             if off < run.reach as usize {
-                // Read when the walk is done; asked for first, its miss overlaps the walk's.
-                // Dynamo's removes on one thread took 0.81-0.94x the time with it (geometric
-                // means of six interleaved pairs of 9-round medians, twice, radix and
-                // positional).
+                // Read when the walk is done; asked for first, its miss overlaps the walk's
+                // (paper §6.18).
                 run.handles.warm();
             }
             if span > 8 {
@@ -765,8 +763,7 @@ impl<L: Layout> HeldBlocks<L> {
                     .map_or(0, |&h| h + 1),
             };
             // Two slices compared (the run's read backwards), not a block and a hole set at a
-            // time: Dynamo's removes on one thread, 4% faster on the radix layout and 8% on the
-            // positional one (three interleaved pairs of 11-round medians).
+            // time: fewer branches a block (paper §6.18).
             let taken = (seqs[next..].iter())
                 .zip(run.seqs[floor as usize..off].iter().rev())
                 .take_while(|(a, b)| a == b)

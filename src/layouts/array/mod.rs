@@ -9,18 +9,12 @@
 //! # When to pick it
 //!
 //! Both layouts share the tree, the search and the nodes; they differ only in the checkpoint index,
-//! one entry per distinct prefix at every 128th position. Measured side by side (`flashbench
-//! compare`, 2 cores, medians of 3 rounds, `papers/figures/compare.md`), the array holds the same
-//! memory, answers queries about as fast, and writes a little faster: in the run of round 6 (commit
-//! 185feef), on Dynamo's published workload it held the same bytes per pair (69.8 against 69.9) and
-//! answered about as fast (p50 0.39 us against 0.38, p99 0.80 against 0.73), and stored and removed
-//! faster (51.0M against 49.7M and 47.6M against 36.8M blocks per second); on the trace it replayed
-//! faster (778k against 644k operations per second, query p99 1.88 against 2.10 us), as it did in
-//! both of round 5's runs (not explained beyond the smaller maps). On the depth preset the two are
-//! within the noise of each other. With 128 positions between checkpoints, a query probes the index
-//! a few times, and hashing the position into the key costs nothing that the array saves on the
-//! read side. The positional map is the default; `default-array` picks the array for routers that
-//! write more than they read, or want each checkpoint's map to stay small.
+//! one entry per distinct prefix at every 128th position. Side by side (`flashbench compare`,
+//! paper §6.1) the array holds the same memory, answers queries about as fast and writes a
+//! little faster: with a checkpoint every 128 positions a query probes the index only a few
+//! times, so hashing the position into the key costs nothing the array saves on the read side.
+//! The positional map is the default; `default-array` picks the array for routers that write
+//! more than they read, or want each checkpoint's map to stay small.
 
 use super::checkpoints::{AnchorIndex, STRIDE};
 use super::tree::child_table::Keyed;

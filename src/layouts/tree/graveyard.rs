@@ -4,8 +4,7 @@
 //! any thread collects: up to eight bags of 64 functions. Queries pin, so a query thread freed
 //! up to 512 covers, child arrays and nodes that writers had allocated and retired, and often
 //! waited on the allocator's lock for a writer's arena while doing it. That was the tail of the
-//! trace replay (paper, section 6.6): holding the query thread's pin across queries, so that
-//! it never collected, took the radix layout's p99.9 from 31 to 8 us, CRTC's figure.
+//! trace replay (paper §6.6, with the measurements).
 //!
 //! So the epoch no longer frees tree memory itself. A writer gathers what it retires in a
 //! thread-local batch and, every so many mutations, hands the batch to the epoch as *one*

@@ -3,7 +3,7 @@
 //!
 //! A store asks whether any of its new blocks has runs waiting under it, and a worker on
 //! Dynamo's workload always has some listed (a conversation branches off its system prompt), so
-//! that was a probe of the map per stored block: 3% of a writer's time there. Most workers
+//! that was a probe of the map per stored block (paper §6.16). Most workers
 //! list a few seqs, so a filter of 256 bits, one per seq, answers "none" for all but a few
 //! percent of the seqs asked about. A bit stays set when its seqs leave the list (it cannot
 //! tell whether another seq shares it), so the filter is built again from the list once it

@@ -21,9 +21,8 @@
 //!
 //! A store files each new block of its event (a claim), in tables that are cold: the workers'
 //! events interleave. So it asks for the lines of each claim a few blocks ahead
-//! ([`ProbeLines::warm`]) and the misses of an event's claims overlap: on Dynamo's workload,
-//! where claims were two fifths of a writer's time, stores through the writer pool went 3-7%
-//! faster (medians of 10 rounds interleaved with the same build asking for nothing).
+//! ([`ProbeLines::warm`]) and the misses of an event's claims overlap (paper §6.8 measured it
+//! where claims were two fifths of a writer's time).
 
 use super::run::{Loc, Run, RunId};
 use crate::prefetch::prefetch;
@@ -40,16 +39,12 @@ const REBUILD_MIN: usize = 64;
 /// A table that must grow while it has no garbage (its worker is filling, not evicting) grows
 /// fourfold while it has room for fewer entries than this, and twofold otherwise.
 ///
-/// A worker that is filling rebuilds its table at every growth, and those rebuilds were an eighth
-/// of the writers' samples over Dynamo's store and remove phases (a worker there fills a table of
-/// 13,000 places from nothing). Growing fourfold halves how many there are: stores through the
-/// writer pool went faster in three of four interleaved pairs of 9-round medians (54.0-70.8M
-/// blocks/s against 54.6-61.9M; the machine's speed drifted by a third meanwhile). The slack it can
-/// leave, up to about four buckets of 5 bytes an entry, comes to 640 KiB a worker at most (a table
+/// A worker that is filling rebuilds its table at every growth (a worker on Dynamo's workload
+/// fills a table of 13,000 places from nothing); growing fourfold halves how many rebuilds there
+/// are (paper §6.10). The slack it can leave, up to about four buckets of 5 bytes an entry, comes to 640 KiB a worker at most (a table
 /// of 2^17 buckets); larger tables, where slack is what counts, double. So do tables with garbage:
-/// on the trace replay, where workers evict as they store, fourfold growth for every table made
-/// them larger and the replay slower (by 4.5% over four interleaved pairs), where growing fourfold
-/// only while filling left it faster in three of four.
+/// where workers evict as they store (the trace), fourfold growth for every table made them
+/// larger and the replay slower (paper §6.10).
 const GROW_FOURFOLD_BELOW: usize = 1 << 15;
 
 /// The block at `loc` of `runs`, if the run has one there.
@@ -243,9 +238,8 @@ pub(super) struct ProbeLines {
 
 /// Each claim's lines are asked for this many blocks ahead of it ([`Places::claim_all`]), in
 /// events long enough (`WARM_FROM`) to repay finding where the table's lines are (two more
-/// misses). 12 rather than 6 ahead: Dynamo's stores on one thread were 3-10% faster in five of
-/// six interleaved pairs of 9-round medians (a worker's table there is 100-200 KiB, and the
-/// writers' 64 tables do not fit in the cache together).
+/// misses). 12 rather than 6 ahead, as measured in paper §6.16: a worker's table is 100-200 KiB
+/// on Dynamo's workload, and the writers' 64 tables do not fit in the cache together.
 const AHEAD: usize = 12;
 const WARM_FROM: usize = 12;
 
@@ -406,10 +400,8 @@ impl Places {
     /// [`Places::reserve`].
     ///
     /// One call an event rather than one a block: the table's format is matched once, and each
-    /// seq is hashed once, when its lines are asked for ahead of its claim ([`ProbeLines::warm`]).
-    /// Against a call per block, Dynamo's stores on one thread were 1.11x as fast (geometric
-    /// mean of eight pairs of 7-round medians, the two builds alternating; 1.05-1.18x each),
-    /// and through a pool of two writers 1.11x as well (0.79-1.23x each).
+    /// seq is hashed once, when its lines are asked for ahead of its claim ([`ProbeLines::warm`])
+    /// (paper §6.16).
     pub(super) fn claim_all<H>(
         &mut self,
         runs: &[Run<H>],
@@ -557,9 +549,7 @@ impl Places {
             (hash, format.encode(loc, hash))
         };
         // The first entry shows where the table's lines are; each later one's are asked for
-        // `AHEAD` entries before it is filed, as a claim's are (Dynamo's stores on one thread,
-        // where rebuilds are a tenth of the time: 1-2% faster in three interleaved pairs of
-        // 20-round medians).
+        // `AHEAD` entries before it is filed, as a claim's are (paper §6.16).
         let Some(first) = places.next() else {
             return table;
         };

@@ -21,8 +21,7 @@ use std::collections::BTreeSet;
 /// A run keeps the canonical hash of every `CHECKPOINT`-th reachable block; any other block's
 /// is folded from the checkpoint before it ([`Canon::extend`]: one product for the at most
 /// `CHECKPOINT - 1` blocks between). Stepped block by block, a new run under the middle of an
-/// old one cost up to 31 dependent products (3.9% of the positional layout's store and remove
-/// profile on Dynamo's workload, one thread).
+/// old one cost up to 31 dependent products (paper §6.12).
 const CHECKPOINT: usize = 32;
 
 /// The canonical hashes a run keeps of blocks about to be attached (see [`Run::attached`]),

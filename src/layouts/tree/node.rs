@@ -113,8 +113,7 @@ impl Keyed for Node {
     /// The node (about two lines) and the first 64 blocks of its edge (eight lines), which
     /// follows it, with a line of slack for where the node starts in its first line: a walk
     /// compares the edge right after it finds the child. Asked for together, they arrive in
-    /// one wait (8 lines instead of 12 left the last ones to the stream prefetcher, after the
-    /// first had arrived: 10% on the Dynamo workload's p99, whose edges were then 64 blocks).
+    /// one wait (with 8 lines the last ones waited on the stream prefetcher: paper §3.5).
     /// A longer edge's rest is the stream prefetcher's.
     const LINES: usize = 12;
     fn key(&self) -> ChildKey {
