@@ -10,13 +10,29 @@ returns the unknown ones, ``RadixTree.apply_event`` raises ``UnknownBlocksError`
 crashes the interpreter; a bug inside the crate raises RuntimeError, never PanicException.
 """
 
-from typing import Dict, List, Literal, Optional, Sequence, Tuple, Union
+from typing import Dict, List, Literal, Optional, Sequence, Tuple, Union, final
+
+from typing_extensions import TypeAlias
+
+__all__ = [
+    "__version__",
+    "Index",
+    "RadixTree",
+    "OverlapScores",
+    "Subscriber",
+    "UnknownBlocksError",
+    "local_hashes",
+    "seq_hashes",
+    "vllm_block_hashes",
+]
 
 __version__: str
 
-Worker = Union[Tuple[int, int], int]
-Scores = Dict[Tuple[int, int], int]
-DumpedEvent = Union[
+# Aliases for the stubs only (not names of the module).
+_Worker: TypeAlias = Union[Tuple[int, int], int]
+_Scores: TypeAlias = Dict[Tuple[int, int], int]
+_MmItem: TypeAlias = Tuple[str, int, int]
+_DumpedEvent: TypeAlias = Union[
     Tuple[Literal["stored"], Tuple[int, int], Optional[int], List[Tuple[int, int]]],
     Tuple[Literal["removed"], Tuple[int, int], List[int]],
     Tuple[Literal["cleared"], Tuple[int, int]],
@@ -27,10 +43,15 @@ def local_hashes(
     block_size: int,
     salt: Optional[str] = None,
     lora_name: Optional[str] = None,
+    cache_salt: Optional[str] = None,
+    mm: Optional[Sequence[_MmItem]] = None,
 ) -> List[int]:
     """Local hashes of the full blocks of ``tokens``, bit-compatible with Dynamo's
     ``compute_block_hash_for_seq`` (``salt`` is Dynamo's cache namespace). A trailing partial
-    block is dropped. Raises ValueError for a ``block_size`` outside 1..=2**20."""
+    block is dropped. ``cache_salt`` (vLLM's, a key of the first block) and ``mm`` (multimodal
+    items as ``(identifier, offset, length)`` of their placeholder tokens, each a key of every
+    block it overlaps) key blocks as vLLM 0.33 keys them. Raises ValueError for a
+    ``block_size`` outside 1..=2**20."""
 
 def seq_hashes(local_hashes: Sequence[int]) -> List[int]:
     """Dynamo's sequence hashes of a chain of local hashes."""
@@ -45,6 +66,7 @@ class UnknownBlocksError(RuntimeError):
     """A removal named blocks the worker did not hold: the others were removed (the contract's
     warning, not a refusal). A RuntimeError, as Dynamo's ``RadixTree`` raises for it."""
 
+@final
 class Index:
     """The index of a fleet, exact from engines' events; with ``approximate``, also predicted
     from routing decisions for workers that publish no events.
@@ -55,24 +77,24 @@ class Index:
     ``release``). A worker's first event makes it exact and drops its predictions.
     """
 
-    def __init__(
-        self,
+    def __new__(
+        cls,
         layout: Literal["positional", "array", "radix"] = "positional",
         approximate: Optional[Literal["ttl", "lru"]] = None,
         ttl_seconds: Optional[float] = None,
         capacity_blocks: Optional[int] = None,
-    ) -> None: ...
+    ) -> "Index": ...
     @property
     def layout(self) -> str: ...
     def apply_stored(
-        self, worker: Worker, parent: Optional[int], blocks: Sequence[Tuple[int, int]]
+        self, worker: _Worker, parent: Optional[int], blocks: Sequence[Tuple[int, int]]
     ) -> None:
         """``worker`` stored ``blocks`` (``(local_hash, seq_hash)`` pairs) after ``parent``.
         Raises ValueError, changing nothing, for an unknown parent, a repeated block or a
         conflicting one."""
-    def apply_removed(self, worker: Worker, seq_hashes: Sequence[int]) -> List[int]:
+    def apply_removed(self, worker: _Worker, seq_hashes: Sequence[int]) -> List[int]:
         """``worker`` evicted ``seq_hashes``; returns those it did not hold (ignored)."""
-    def apply_cleared(self, worker: Worker) -> None:
+    def apply_cleared(self, worker: _Worker) -> None:
         """``worker`` (that rank) dropped every block."""
     def apply_engine_batch(
         self, worker_id: int, data: bytes, engine: Literal["vllm", "sglang"] = "vllm"
@@ -80,7 +102,7 @@ class Index:
         """A msgpack batch as a vLLM or SGLang engine publishes it over ZeroMQ. Returns
         ``{"applied", "rejected", "filtered"}`` counts. Raises ValueError for bytes that do not
         decode."""
-    def find_matches(self, local_hashes: Sequence[int]) -> Scores:
+    def find_matches(self, local_hashes: Sequence[int]) -> _Scores:
         """``{(worker_id, dp_rank): depth}`` for every worker matching the chain."""
     def find_matches_for_tokens(
         self,
@@ -88,17 +110,20 @@ class Index:
         block_size: int,
         salt: Optional[str] = None,
         lora_name: Optional[str] = None,
-    ) -> Scores:
-        """``find_matches`` of ``local_hashes(tokens, block_size, salt, lora_name)``."""
+        cache_salt: Optional[str] = None,
+        mm: Optional[Sequence[_MmItem]] = None,
+    ) -> _Scores:
+        """``find_matches`` of ``local_hashes(tokens, block_size, ...)`` with the same
+        keywords."""
     def best(self, local_hashes: Sequence[int]) -> Optional[Tuple[Tuple[int, int], int]]:
         """The deepest match, ``((worker_id, dp_rank), depth)``, or None."""
     def remove_worker(self, worker_id: int) -> None: ...
-    def remove_worker_dp_rank(self, worker: Worker) -> None: ...
-    def block_count(self, worker: Worker) -> int:
+    def remove_worker_dp_rank(self, worker: _Worker) -> None: ...
+    def block_count(self, worker: _Worker) -> int:
         """Blocks ``worker`` holds, reachable or not."""
-    def dump(self) -> List[DumpedEvent]:
+    def dump(self) -> List[_DumpedEvent]:
         """Events that rebuild the index's answers."""
-    def record_routing(self, worker: Worker, local_hashes: Sequence[int], now: float) -> int:
+    def record_routing(self, worker: _Worker, local_hashes: Sequence[int], now: float) -> int:
         """Approximate mode: a request with this prompt went to ``worker`` at ``now`` (seconds).
         Returns a ticket for ``release``. RuntimeError on an exact Index."""
     def release(self, ticket: int, now: float) -> None:
@@ -106,6 +131,7 @@ class Index:
     def expire(self, now: float) -> None:
         """Approximate mode: drop predictions whose time to live has passed."""
 
+@final
 class OverlapScores:
     """``RadixTree.find_matches``'s result, shaped as Dynamo's."""
 
@@ -114,12 +140,15 @@ class OverlapScores:
     @property
     def frequencies(self) -> List[int]:
         """Always empty: access frequencies are not tracked."""
+    def __len__(self) -> int:
+        """How many workers matched."""
 
+@final
 class RadixTree:
     """A drop-in for ``dynamo._core.RadixTree``: the same methods, JSON event bytes and result
     shape, over any layout."""
 
-    def __init__(self, layout: Literal["positional", "array", "radix"] = "positional") -> None: ...
+    def __new__(cls, layout: Literal["positional", "array", "radix"] = "positional") -> "RadixTree": ...
     def find_matches(self, sequence: List[int], early_exit: bool = False) -> OverlapScores: ...
     def apply_event(self, worker_id: int, kv_cache_event_bytes: bytes) -> None:
         """Raises ValueError for bytes that are not a KvCacheEvent, RuntimeError for an event
@@ -129,21 +158,24 @@ class RadixTree:
     def clear_all_blocks(self, worker_id: int) -> None: ...
     def dump_tree_as_events(self) -> List[str]: ...
 
+@final
 class Subscriber:
     """ZeroMQ ingest of vLLM/SGLang engines on threads of its own, feeding ``index``.
 
     Each engine: ``{"events": "tcp://host:5557", "worker_id": 1}`` with optional ``"replay"``,
     ``"dp_rank"`` and ``"bind"``."""
 
-    def __init__(
-        self,
+    def __new__(
+        cls,
         index: Index,
         engines: List[Dict[str, Union[str, int, bool]]],
         engine: Literal["vllm", "sglang"] = "vllm",
-    ) -> None: ...
+    ) -> "Subscriber": ...
     def stats(self) -> Dict[str, Union[int, Optional[str]]]: ...
     def flush(self) -> None:
         """Waits until everything received so far is applied."""
     def close(self) -> None: ...
     def __enter__(self) -> "Subscriber": ...
-    def __exit__(self, *args: object) -> None: ...
+    def __exit__(
+        self, _kind: object, _value: object, _traceback: object
+    ) -> None: ...

@@ -10,7 +10,7 @@
 
 mod fast;
 
-use flash_indexer::{Block, LocalHash, SeqHash};
+use flash_indexer::{Block, EventKind, LocalHash, SeqHash};
 use serde::Deserialize;
 
 /// One event of a worker, decoded.
@@ -18,17 +18,7 @@ use serde::Deserialize;
 pub(crate) struct DynamoEvent {
     pub event_id: u64,
     pub dp_rank: u32,
-    pub data: EventData,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) enum EventData {
-    Stored {
-        parent: Option<SeqHash>,
-        blocks: Vec<Block>,
-    },
-    Removed(Vec<SeqHash>),
-    Cleared,
+    pub data: EventKind,
 }
 
 /// Decodes one event; the error is `serde_json`'s, for bytes it refuses.
@@ -78,7 +68,7 @@ struct RemoveData {
 impl From<KvCacheEvent> for DynamoEvent {
     fn from(event: KvCacheEvent) -> Self {
         let data = match event.data {
-            KvCacheEventData::Stored(stored) => EventData::Stored {
+            KvCacheEventData::Stored(stored) => EventKind::Stored {
                 parent: stored.parent_hash.map(SeqHash),
                 blocks: stored
                     .blocks
@@ -86,10 +76,10 @@ impl From<KvCacheEvent> for DynamoEvent {
                     .map(|b| Block::new(LocalHash(b.tokens_hash), SeqHash(b.block_hash)))
                     .collect(),
             },
-            KvCacheEventData::Removed(removed) => {
-                EventData::Removed(removed.block_hashes.into_iter().map(SeqHash).collect())
-            }
-            KvCacheEventData::Cleared => EventData::Cleared,
+            KvCacheEventData::Removed(removed) => EventKind::Removed {
+                blocks: removed.block_hashes.into_iter().map(SeqHash).collect(),
+            },
+            KvCacheEventData::Cleared => EventKind::Cleared,
         };
         Self {
             event_id: event.event_id,

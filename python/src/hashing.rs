@@ -47,9 +47,7 @@ pub(crate) fn seq_hashes(py: Python<'_>, local_hashes: Vec<u64>) -> PyResult<Vec
 }
 
 /// vLLM's block hashes of the full blocks of `tokens` with its default `sha256_cbor` prefix
-/// caching hash, as the 64-bit values its KV events publish: `h_i = sha256(cbor([h_{i-1},
-/// tokens_i, extra]))` from `h_{-1} = sha256(cbor(hash_seed))`, where `hash_seed` is the engine's
-/// `PYTHONHASHSEED` and `extra` is `[lora_name]` or null; each value is the digest's low 64 bits.
+/// caching hash, as its KV events publish them (`flash_indexer::hash::vllm_block_hashes`).
 #[pyfunction]
 #[pyo3(signature = (tokens, block_size, hash_seed, lora_name=None))]
 pub(crate) fn vllm_block_hashes(
@@ -59,34 +57,9 @@ pub(crate) fn vllm_block_hashes(
     hash_seed: &str,
     lora_name: Option<String>,
 ) -> PyResult<Vec<u64>> {
-    use ciborium::Value;
-    use sha2::{Digest, Sha256};
     check_block_size(block_size)?;
-    let digest = |value: &Value| -> [u8; 32] {
-        let mut bytes = Vec::new();
-        ciborium::into_writer(value, &mut bytes).expect("CBOR of plain values into a Vec");
-        Sha256::digest(&bytes).into()
-    };
-    let seed = hash_seed.to_owned();
     crate::guard::detach(py, || {
-        let mut previous = digest(&Value::Text(seed));
-        tokens
-            .chunks_exact(block_size)
-            .map(|block| {
-                let extra = match &lora_name {
-                    Some(name) => Value::Array(vec![Value::Text(name.clone())]),
-                    None => Value::Null,
-                };
-                let tokens = block.iter().map(|&t| Value::Integer(t.into())).collect();
-                let key = Value::Array(vec![
-                    Value::Bytes(previous.to_vec()),
-                    Value::Array(tokens),
-                    extra,
-                ]);
-                previous = digest(&key);
-                u64::from_be_bytes(previous[24..].try_into().expect("32-byte digest"))
-            })
-            .collect()
+        hash::vllm_block_hashes(&tokens, block_size, hash_seed, lora_name.as_deref())
     })
 }
 

@@ -7,7 +7,6 @@
 //! in the engines' own prefix caches; Dynamo's tree leaves them out.
 
 use crate::convert::scores as scores_dict;
-use crate::dynamo_event::EventData;
 use crate::index::make_layout;
 use flash_indexer::{Event, EventError, KvIndex, Worker};
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
@@ -108,13 +107,10 @@ impl RadixTree {
             let event = crate::dynamo_event::parse(kv_cache_event_bytes).map_err(|e| {
                 PyValueError::new_err(format!("Failed to deserialize KvCacheEvent: {e}"))
             })?;
-            let worker = Worker::new(worker_id, event.dp_rank);
-            let event = match event.data {
-                EventData::Stored { parent, blocks } => {
-                    Event::stored(worker, event.event_id, parent, blocks)
-                }
-                EventData::Removed(seqs) => Event::removed(worker, event.event_id, seqs),
-                EventData::Cleared => Event::cleared(worker, event.event_id),
+            let event = Event {
+                worker: Worker::new(worker_id, event.dp_rank),
+                event_id: event.event_id,
+                kind: event.data,
             };
             index.apply(&event).map_err(|e: EventError| match e {
                 EventError::UnknownBlocks { .. } => crate::convert::unknown_blocks(&e),

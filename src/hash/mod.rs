@@ -15,11 +15,15 @@ use crate::types::{LocalHash, SeqHash};
 use xxhash_rust::xxh3::xxh3_64_with_seed;
 
 mod extra;
+#[cfg(feature = "vllm-hash")]
+mod vllm;
 
 pub use extra::{
     ExtraKey, Features, MmItem, block_extra_keys, block_local_hash, local_hashes_dynamo_mm,
     local_hashes_with_features,
 };
+#[cfg(feature = "vllm-hash")]
+pub use vllm::vllm_block_hashes;
 
 /// The XXH3 seed of local and sequence hashes when no LoRA adapter is involved.
 pub const SEED: u64 = 1337;

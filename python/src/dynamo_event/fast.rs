@@ -7,7 +7,8 @@
 //! either decodes them its general way or says what is wrong with them. So it never has to
 //! produce an error message, and never decides alone that bytes are bad.
 
-use super::{DynamoEvent, EventData};
+use super::DynamoEvent;
+use flash_indexer::EventKind;
 use flash_indexer::{Block, LocalHash, SeqHash};
 
 /// The event in `bytes`, if they have the publishers' shape; `None` otherwise.
@@ -52,11 +53,11 @@ impl Scanner<'_> {
     }
 
     /// `"cleared"`, `{"stored": {...}}` or `{"removed": {...}}`.
-    fn data(&mut self) -> Option<EventData> {
+    fn data(&mut self) -> Option<EventKind> {
         self.skip_whitespace();
         if self.peek()? == b'"' {
             self.known_key(&[b"cleared"])?;
-            return Some(EventData::Cleared);
+            return Some(EventKind::Cleared);
         }
         let mut data = None;
         self.object(&[b"stored", b"removed"], |s, key| match key {
@@ -66,13 +67,13 @@ impl Scanner<'_> {
         data
     }
 
-    fn stored(&mut self) -> Option<EventData> {
+    fn stored(&mut self) -> Option<EventKind> {
         let (mut parent, mut blocks) = (None, None);
         self.object(&[b"parent_hash", b"blocks"], |s, key| match key {
             0 => fill(&mut parent, s.unsigned_or_null()?),
             _ => fill(&mut blocks, s.blocks()?),
         })?;
-        Some(EventData::Stored {
+        Some(EventKind::Stored {
             // A missing `parent_hash` is `None`, as serde reads a missing `Option` field.
             parent: parent.flatten().map(SeqHash),
             blocks: blocks?,
@@ -97,7 +98,7 @@ impl Scanner<'_> {
         Some(Block::new(LocalHash(local?), SeqHash(seq?)))
     }
 
-    fn removed(&mut self) -> Option<EventData> {
+    fn removed(&mut self) -> Option<EventKind> {
         let mut hashes = None;
         self.object(&[b"block_hashes"], |s, _| {
             let mut seqs = Vec::new();
@@ -107,7 +108,7 @@ impl Scanner<'_> {
             })?;
             fill(&mut hashes, seqs)
         })?;
-        Some(EventData::Removed(hashes?))
+        Some(EventKind::Removed { blocks: hashes? })
     }
 
     /// An object whose keys are among `keys`: each member's key, as its place in `keys`, is

@@ -1,8 +1,8 @@
 //! The fast path against `serde_json`: whenever the scanner answers, `serde_json` decodes the same
 //! bytes to the same event; and on the publishers' shapes it does answer.
 
-use super::{DynamoEvent, EventData, KvCacheEvent, fast, parse};
-use flash_indexer::{Block, LocalHash, SeqHash};
+use super::{DynamoEvent, KvCacheEvent, fast, parse};
+use flash_indexer::{Block, EventKind, LocalHash, SeqHash};
 use proptest::prelude::*;
 
 fn by_serde(bytes: &[u8]) -> Result<DynamoEvent, String> {
@@ -31,7 +31,7 @@ fn reads_what_python_and_dynamo_write() {
     let expected = DynamoEvent {
         event_id: 3,
         dp_rank: 2,
-        data: EventData::Stored {
+        data: EventKind::Stored {
             parent: None,
             blocks: vec![
                 Block::new(LocalHash(0), SeqHash(u64::MAX)),
@@ -49,13 +49,15 @@ fn reads_what_python_and_dynamo_write() {
         Some(DynamoEvent {
             event_id: 0,
             dp_rank: 0,
-            data: EventData::Removed(vec![SeqHash(1), SeqHash(2)]),
+            data: EventKind::Removed {
+                blocks: vec![SeqHash(1), SeqHash(2)],
+            },
         })
     );
     let cleared = b" {\"event_id\": 9, \"data\": \"cleared\"}\n";
     assert_eq!(
         fast::parse(cleared).map(|e| e.data),
-        Some(EventData::Cleared)
+        Some(EventKind::Cleared)
     );
 }
 
@@ -88,7 +90,7 @@ fn leaves_everything_else_to_serde_json() {
     assert_eq!(parse(cases[0]).unwrap().event_id, 0);
     assert_eq!(
         parse(cases[10]).unwrap().data,
-        EventData::Cleared,
+        EventKind::Cleared,
         "a unit variant in map form"
     );
     // And the error of bad bytes is serde_json's.
@@ -283,7 +285,7 @@ fn publishers_event() -> impl Strategy<Value = (Json, DynamoEvent)> {
                 .map(|&(seq, local)| Block::new(LocalHash(local), SeqHash(seq)))
                 .collect();
             let parent = parent.map(SeqHash);
-            (json, EventData::Stored { parent, blocks })
+            (json, EventKind::Stored { parent, blocks })
         });
     let removed = prop::collection::vec(any::<u64>(), 0..40).prop_map(move |seqs| {
         let json = Json::Object(vec![(
@@ -295,10 +297,12 @@ fn publishers_event() -> impl Strategy<Value = (Json, DynamoEvent)> {
         )]);
         (
             json,
-            EventData::Removed(seqs.into_iter().map(SeqHash).collect()),
+            EventKind::Removed {
+                blocks: seqs.into_iter().map(SeqHash).collect(),
+            },
         )
     });
-    let cleared = Just((Json::Str("cleared".to_owned()), EventData::Cleared));
+    let cleared = Just((Json::Str("cleared".to_owned()), EventKind::Cleared));
     let data = prop_oneof![3 => stored, 2 => removed, 1 => cleared];
     (data, any::<u64>(), any::<u32>(), any::<bool>()).prop_map(
         move |((data_json, data), event_id, dp_rank, rust_order)| {
