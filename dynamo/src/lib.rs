@@ -44,7 +44,7 @@
 //!
 //! # What differs from Dynamo's backends, and why
 //!
-//! Answers follow flash-indexer's contract (the crate's `SPEC.md`), which follows the engines:
+//! Answers follow flash-indexer's contract (the `flash_indexer::docs::contract` page), which follows the engines:
 //!
 //! - A block stored again makes its still-held descendants reachable again, as it does in vLLM's
 //!   and SGLang's own prefix caches (their children stay cached when a parent is evicted and

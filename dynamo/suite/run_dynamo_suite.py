@@ -2,7 +2,7 @@
 """Runs NVIDIA Dynamo's own indexer tests on flash-indexer, through flash-indexer-dynamo.
 
 The published source of `dynamo-kv-router` (the version this workspace resolves) is copied from
-the cargo registry into target/dynamo-suite/, and changed in three ways only:
+the cargo registry into target/dynamo-suite/, and changed in four ways only:
 
 1. the bridge (dynamo/src) is compiled into the copy as the module `flash_indexer_dynamo`, with
    `extern crate self as dynamo_kv_router`, so that it sees the copy's types as its own (Dynamo's
@@ -31,7 +31,7 @@ expected-failures.txt, which names each test expected to fail with the clause of
 that explains it. Exit status 1 on any other failure, on an expected failure that passes, or on
 a listed test that did not run; the table of results is printed either way.
 
-    python3 dynamo/suite/run_dynamo_suite.py [--keep-going] [--list]
+    python3 dynamo/suite/run_dynamo_suite.py [--list]
 """
 
 import argparse

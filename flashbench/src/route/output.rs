@@ -25,7 +25,9 @@ fn row(o: &Outcome) -> String {
         o.ttft_p50_ms,
         o.ttft_p99_ms,
         o.imbalance,
-        o.index_bytes as f64 / f64::from(1 << 20),
+        // Policies without an index hold nothing; a few bytes freed elsewhere during the run
+        // would otherwise print as -0.00.
+        o.index_bytes.max(0) as f64 / f64::from(1 << 20),
         o.decisions_per_s
     )
 }
