@@ -3,9 +3,8 @@
 //! A queue that wakes its consumer on every message it sends to an idle one makes the sender pay
 //! a futex wake (a system call, and on a machine with fewer cores than threads a context
 //! switch) for most events: a writer applies an event faster than a router hands it one, so it
-//! is idle again by the next. On the Mooncake trace replay (150,602 events) through a pool of
-//! two writers on two cores, that was 38,756-46,136 context switches in five replays; with
-//! these queues, 14,816 (paper, section 6.9).
+//! is idle again by the next: on the trace replay, nearly three times the context switches of
+//! these queues (paper §6.9).
 //!
 //! Here a writer that runs out of messages first *naps*: it waits with a timeout of [`NAP`], up
 //! to [`NAPS`] times, and a sender does not wake a napping writer for an ordinary message unless
@@ -60,9 +59,7 @@ impl<T> Messages for Vec<T> {
 pub(crate) const NAP: Duration = Duration::from_micros(50);
 /// Empty naps before a writer falls asleep until a sender wakes it. Few: a nap that ends by
 /// itself can preempt a query on the writer's core, where a sender's wake comes between the
-/// sender's own queries. On the trace paced at 100x (an event every 270 us or so), 40 naps took
-/// the radix layout's query p99.9 to 3.7x CRTC's in one run; 2 naps, 0.8x, with the same
-/// flat-out throughput.
+/// sender's own queries (paper §6.9 measured 40 naps against 2).
 pub(crate) const NAPS: u32 = 2;
 /// Messages queued for a napping writer before a sender wakes it early.
 pub(crate) const WAKE_AT: usize = 32;

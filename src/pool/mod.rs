@@ -312,10 +312,9 @@ impl<I: KvIndex + ?Sized + 'static> fmt::Debug for WriterPool<I> {
 }
 
 /// The writer thread of worker `id` among `threads`: Fibonacci hashing, which scales the
-/// product's high bits to the thread count, so that dense ids spread evenly. For the ids `0..n`,
-/// every `n` up to 16,384 and up to 8 threads, the busiest thread has at most 6 ids more than the
-/// idlest; taking the product's bits modulo the thread count, as this did before, left up to 34
-/// more, and put 33 of Dynamo's 64 workers on one of two threads and 31 on the other.
+/// product's high bits to the thread count, so that dense ids spread evenly (for the ids `0..n`
+/// with `n` up to 16,384 and up to 8 threads, the busiest thread has at most 6 ids more than the
+/// idlest; paper §6.14).
 fn thread_of(id: u64, threads: usize) -> usize {
     let high = id.wrapping_mul(crate::mix::GOLDEN) >> 32;
     ((high * threads as u64) >> 32) as usize
@@ -323,21 +322,11 @@ fn thread_of(id: u64, threads: usize) -> usize {
 
 /// How long a writer applies events before it lets other threads run (see [`writer_loop`]).
 ///
-/// On the trace replay on two cores, the submitting thread's slowest query of a replay took up
-/// to 3.2 ms (over 1.3 ms in seven replays of eight: preempted by a writer with a batch to
-/// apply), and at most 0.47 ms with a yield every 16 or 64 events. A count of events is a time
-/// only for one size of event, though: every 32 events was every 80 us on Dynamo's stores of
-/// 128 blocks and a few microseconds on the trace's, and each yield is a system call, a switch
-/// to the other writer when both share a core, and the lines the switch evicts. Two writers
-/// that take turns on one core that often also both stay "cache hot" to the scheduler (which
-/// leaves a task where it is for 0.5 ms after it ran), which would keep either from moving to
-/// the other core when that goes idle: in `schedstat`, slow store phases had both writers
-/// waiting to run for 10-16 ms while a core had time to spare. In quick runs of Dynamo's
-/// workload and the trace (15 rounds each), the radix layout's removes were 1.74-2.19x CRTC's
-/// with the count (five runs, mean 1.93x), 1.79-2.82x yielding after 250 us (eight, 2.26x) and
-/// 2.35-2.73x after 1 ms (five, 2.56x); its stores 1.98x, 1.96x and 2.00x on average
-/// (1.81-2.17x in all). The slowest query of a flat-out trace replay (median of 15) stayed at
-/// 17-41 us, against 6-30 us with the count; never yielding left it at 0.5 ms in one run of two.
+/// Without yielding, a writer with a batch to apply can preempt the submitting thread for
+/// milliseconds (its slowest query); yielding by a count of events would be a time only for one
+/// size of event, and yielding often keeps both writers "cache hot" on one core, so the
+/// scheduler stops moving either to the idle one. A millisecond bounds the first without the
+/// second. How it was chosen, with the alternatives measured: paper §6.15.
 const YIELD_AFTER: Duration = Duration::from_millis(1);
 
 /// Events a writer applies between two looks at the clock for [`YIELD_AFTER`] (a look costs
