@@ -36,21 +36,33 @@ pub enum ExtraKey {
     PromptEmbeds(Vec<u8>),
 }
 
+/// Appends a tagged, length-prefixed field: a kind byte, the length, the bytes.
+fn tagged(out: &mut Vec<u8>, tag: u8, data: &[u8]) {
+    out.push(tag);
+    out.extend((data.len() as u64).to_le_bytes());
+    out.extend(data);
+}
+
+/// The encoding of a multimodal key (see [`ExtraKey::encode`]).
+fn encode_multimodal(out: &mut Vec<u8>, identifier: &str, offset: i64) {
+    tagged(out, 0xf1, identifier.as_bytes());
+    out.extend(offset.to_le_bytes());
+}
+
+/// The encoding of a cache-salt key (see [`ExtraKey::encode`]).
+fn encode_salt(out: &mut Vec<u8>, salt: &str) {
+    tagged(out, 0xf2, salt.as_bytes());
+}
+
 impl ExtraKey {
     /// Appends the key's tagged encoding: a kind byte, then length-prefixed fields.
     fn encode(&self, out: &mut Vec<u8>) {
-        let mut bytes = |tag: u8, data: &[u8]| {
-            out.push(tag);
-            out.extend((data.len() as u64).to_le_bytes());
-            out.extend(data);
-        };
         match self {
             ExtraKey::Multimodal { identifier, offset } => {
-                bytes(0xf1, identifier.as_bytes());
-                out.extend(offset.to_le_bytes());
+                encode_multimodal(out, identifier, *offset)
             }
-            ExtraKey::CacheSalt(salt) => bytes(0xf2, salt.as_bytes()),
-            ExtraKey::PromptEmbeds(digest) => bytes(0xf3, digest),
+            ExtraKey::CacheSalt(salt) => encode_salt(out, salt),
+            ExtraKey::PromptEmbeds(digest) => tagged(out, 0xf3, digest),
         }
     }
 }
@@ -162,13 +174,38 @@ pub fn local_hashes_with_features(
     if block_size == 0 || block_size > tokens.len() {
         return Vec::new();
     }
+    // The bytes `block_local_hash` hashes for `block_extra_keys`, built in two reused buffers
+    // (the keys' encodings, then the block's bytes) instead of owned keys a block.
+    let (mut bytes, mut encoded, mut spans) = (Vec::new(), Vec::new(), Vec::new());
+    let salt = features.cache_salt.filter(|s| !s.is_empty());
     tokens
         .chunks_exact(block_size)
         .enumerate()
         .map(|(i, block)| {
-            let start = i * block_size;
-            let keys = block_extra_keys(features, start, start + block_size);
-            block_local_hash(block, seed, &keys)
+            let (start, end) = (i * block_size, (i + 1) * block_size);
+            encoded.clear();
+            spans.clear();
+            let mut key = |encode: &dyn Fn(&mut Vec<u8>)| {
+                let from = encoded.len();
+                encode(&mut encoded);
+                spans.push(from..encoded.len());
+            };
+            for item in features.mm {
+                if item.offset < end && item.offset.saturating_add(item.length) > start {
+                    let offset = item.offset as i64 - start as i64;
+                    key(&|out| encode_multimodal(out, item.identifier, offset));
+                }
+            }
+            if let Some(salt) = salt.filter(|_| start == 0) {
+                key(&|out| encode_salt(out, salt));
+            }
+            spans.sort_unstable_by(|a, b| encoded[a.clone()].cmp(&encoded[b.clone()]));
+            bytes.clear();
+            bytes.extend(block.iter().flat_map(|t| t.to_le_bytes()));
+            for span in &spans {
+                bytes.extend_from_slice(&encoded[span.clone()]);
+            }
+            LocalHash(xxh3_64_with_seed(&bytes, seed))
         })
         .collect()
 }
@@ -219,4 +256,59 @@ pub fn local_hashes_dynamo_mm(
             LocalHash(xxh3_64_with_seed(&bytes, seed))
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_request_hashes_as_its_blocks_keyed_one_by_one() {
+        let tokens: Vec<u32> = (0..200).collect();
+        let mm = [
+            MmItem {
+                identifier: "b",
+                offset: 5,
+                length: 40,
+            },
+            MmItem {
+                identifier: "a",
+                offset: 20,
+                length: 0,
+            },
+            MmItem {
+                identifier: "a",
+                offset: 44,
+                length: 90,
+            },
+            MmItem {
+                identifier: "c",
+                offset: 150,
+                length: 1,
+            },
+        ];
+        for block_size in [1, 7, 16, 64] {
+            for cache_salt in [None, Some(""), Some("tenant")] {
+                let features = Features {
+                    salt: Salt::lora("adapter"),
+                    cache_salt,
+                    mm: &mm,
+                };
+                let one_by_one: Vec<LocalHash> = tokens
+                    .chunks_exact(block_size)
+                    .enumerate()
+                    .map(|(i, block)| {
+                        let (start, end) = (i * block_size, (i + 1) * block_size);
+                        let keys = block_extra_keys(&features, start, end);
+                        block_local_hash(block, features.salt.seed(), &keys)
+                    })
+                    .collect();
+                let request = local_hashes_with_features(&tokens, block_size, &features);
+                assert_eq!(
+                    request, one_by_one,
+                    "block size {block_size}, {cache_salt:?}"
+                );
+            }
+        }
+    }
 }
