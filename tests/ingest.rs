@@ -569,23 +569,28 @@ fn ranks_come_from_the_batch_or_are_fixed() {
     );
 }
 
-#[test]
-fn committed_decode_corpus_and_regressions_run_clean() {
+/// Replays the committed corpus and saved crashes of fuzz target `target` through `run`.
+fn replay_corpus(target: &str, run: fn(&[u8]) -> Result<(), String>) {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz");
     let mut inputs = 0;
-    for dir in ["corpus/decode", "regressions/decode"] {
+    for dir in [format!("corpus/{target}"), format!("regressions/{target}")] {
         let Ok(entries) = std::fs::read_dir(root.join(dir)) else {
             continue;
         };
         for path in entries.filter_map(Result::ok).map(|e| e.path()) {
             let data = std::fs::read(&path).unwrap();
-            if let Err(divergence) = flash_indexer::testing::run_decode_input(&data) {
+            if let Err(divergence) = run(&data) {
                 panic!("{}: {divergence}", path.display());
             }
             inputs += 1;
         }
     }
-    assert!(inputs > 0, "the committed decode corpus is missing");
+    assert!(inputs > 0, "the committed {target} corpus is missing");
+}
+
+#[test]
+fn committed_decode_corpus_and_regressions_run_clean() {
+    replay_corpus("decode", flash_indexer::testing::run_decode_input);
 }
 
 /// A `BlockStored` with no hashes, no tokens and the given block size, in `encoding`.
@@ -666,21 +671,7 @@ fn an_endpoint_with_a_nul_byte_is_refused_before_any_socket() {
 
 #[test]
 fn committed_ingest_corpus_and_regressions_run_clean() {
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz");
-    let mut inputs = 0;
-    for dir in ["corpus/ingest", "regressions/ingest"] {
-        let Ok(entries) = std::fs::read_dir(root.join(dir)) else {
-            continue;
-        };
-        for path in entries.filter_map(Result::ok).map(|e| e.path()) {
-            let data = std::fs::read(&path).unwrap();
-            if let Err(divergence) = flash_indexer::testing::run_ingest_input(&data) {
-                panic!("{}: {divergence}", path.display());
-            }
-            inputs += 1;
-        }
-    }
-    assert!(inputs > 0, "the committed ingest corpus is missing");
+    replay_corpus("ingest", flash_indexer::testing::run_ingest_input);
 }
 
 /// A `BlockStored` in vLLM 0.33's field order, with per-block `extra_keys` and any other

@@ -113,6 +113,14 @@ pub struct MmItem<'a> {
     pub length: usize,
 }
 
+impl MmItem<'_> {
+    /// Whether the item's placeholders overlap tokens `start .. end` (vLLM's rule, so an empty
+    /// item strictly inside the range counts).
+    fn overlaps(&self, start: usize, end: usize) -> bool {
+        self.offset < end && self.offset.saturating_add(self.length) > start
+    }
+}
+
 /// What besides its tokens keys a request's blocks.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Features<'a> {
@@ -132,7 +140,7 @@ pub fn block_extra_keys(features: &Features<'_>, start: usize, end: usize) -> Ve
     let mut keys: Vec<ExtraKey> = features
         .mm
         .iter()
-        .filter(|item| item.offset < end && item.offset.saturating_add(item.length) > start)
+        .filter(|item| item.overlaps(start, end))
         .map(|item| ExtraKey::Multimodal {
             identifier: item.identifier.to_owned(),
             offset: item.offset as i64 - start as i64,
@@ -191,7 +199,7 @@ pub fn local_hashes_with_features(
                 spans.push(from..encoded.len());
             };
             for item in features.mm {
-                if item.offset < end && item.offset.saturating_add(item.length) > start {
+                if item.overlaps(start, end) {
                     let offset = item.offset as i64 - start as i64;
                     key(&|out| encode_multimodal(out, item.identifier, offset));
                 }
