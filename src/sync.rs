@@ -2,10 +2,16 @@
 //! so that loom sees every atomic, lock and thread of our own code.
 
 #[cfg(not(loom))]
-pub(crate) use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+#[allow(unused_imports)]
+pub(crate) use std::sync::{
+    Arc, Condvar, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard,
+};
 
 #[cfg(loom)]
-pub(crate) use loom::sync::{Arc, Condvar, Mutex, MutexGuard};
+#[allow(unused_imports)]
+pub(crate) use loom::sync::{
+    Arc, Condvar, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard,
+};
 
 // Every feature combination uses a different subset of what the shim offers.
 #[allow(unused_imports)]
@@ -19,6 +25,19 @@ pub(crate) mod atomic {
     pub(crate) use loom::sync::atomic::{
         AtomicBool, AtomicIsize, AtomicPtr, AtomicU32, AtomicU64, Ordering,
     };
+}
+
+/// Reads `lock`, ignoring poisoning (as [`lock`] does).
+#[cfg(feature = "approximate")]
+pub(crate) fn read<T>(lock: &RwLock<T>) -> crate::sync::RwLockReadGuard<'_, T> {
+    lock.read().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Writes `lock`, ignoring poisoning (as [`lock`] does).
+#[cfg(feature = "approximate")]
+pub(crate) fn write<T>(lock: &RwLock<T>) -> crate::sync::RwLockWriteGuard<'_, T> {
+    lock.write()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// Locks `mutex`, ignoring poisoning: every lock of this crate guards state that is only

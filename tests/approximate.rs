@@ -97,8 +97,8 @@ fn lru_pins_running_requests_and_evicts_released_tails_first() {
         let b = index.record_routing(w, &chain(200, 4), secs(1));
         assert_eq!(index.find_matches(&chain(200, 4)).get(w), Some(2), "{name}");
         assert_eq!(index.find_matches(&chain(100, 4)).get(w), Some(4), "{name}");
-        index.release(a, secs(2));
-        index.release(b, secs(2));
+        index.release(a, secs(2)).unwrap();
+        index.release(b, secs(2)).unwrap();
         // A third request of 3 blocks evicts a's tail first: a keeps its first block.
         index.record_routing(w, &chain(300, 3), secs(3));
         assert_eq!(index.find_matches(&chain(100, 4)).get(w), Some(1), "{name}");
@@ -147,7 +147,7 @@ fn capacity_zero_predicts_nothing_and_empty_chains_do_nothing() {
     for (name, index) in subjects(Retention::lru(0)) {
         let w = Worker::new(1, 0);
         let routed = index.record_routing(w, &chain(1, 5), secs(0));
-        index.release(routed, secs(1));
+        index.release(routed, secs(1)).unwrap();
         index.record_routing(w, &[], secs(2));
         assert!(index.find_matches(&chain(1, 5)).is_empty(), "{name}");
         assert_eq!(index.block_count(w), 0, "{name}");

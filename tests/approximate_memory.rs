@@ -1,8 +1,9 @@
 //! Approximate mode's memory is bounded by the configured capacity times the workers, however
 //! many routing decisions it sees: a counting allocator reads the live heap after filling every
 //! worker's capacity and again after routing twenty times as many blocks, under both retention
-//! models and over every layout. One test function runs them in turn (tests in one binary run on
-//! parallel threads, whose allocations would blur the counts).
+//! models and over every layout; and workers that come and go leave nothing behind once their
+//! predictions expire or they are removed. One test function runs them in turn (tests in one
+//! binary run on parallel threads, whose allocations would blur the counts).
 
 use core::time::Duration;
 use flash_indexer::testing::{self, CountingAlloc, collect_garbage};
@@ -38,13 +39,34 @@ fn route(index: &ApproximateIndexer<Box<dyn KvIndex>>, from: u64, blocks: usize)
         let worker = Worker::new(n % WORKERS, 0);
         running.push_back(index.record_routing(worker, &prompt, Duration::from_millis(n)));
         if running.len() > 2 {
-            index.release(running.pop_front().unwrap(), Duration::from_millis(n));
+            index
+                .release(running.pop_front().unwrap(), Duration::from_millis(n))
+                .unwrap();
         }
         routed += prompt.len();
         assert!(index.predicted_blocks(worker) <= CAPACITY);
     }
     for r in running {
-        index.release(r, Duration::from_millis(n));
+        index.release(r, Duration::from_millis(n)).unwrap();
+    }
+}
+
+/// 100,000 workers from `first` on each get one request, which finishes; then their predictions
+/// expire (TTL) or they are removed.
+fn short_lived_workers(
+    index: &ApproximateIndexer<Box<dyn KvIndex>>,
+    retention: Retention,
+    first: u64,
+) {
+    let prompt = [LocalHash(mix(1)), LocalHash(mix(2))];
+    let at = Duration::from_secs(first << 20); // later than anything routed before
+    for n in first..first + 100_000 {
+        let routed = index.record_routing(Worker::new(n, 0), &prompt, at);
+        index.release(routed, at).unwrap();
+    }
+    match retention.ttl_limit() {
+        Some(ttl) => index.expire(at + ttl),
+        None => (first..first + 100_000).for_each(|n| index.remove_worker(n)),
     }
 }
 
@@ -91,6 +113,28 @@ fn memory_is_bounded_by_capacity_times_workers() {
                 layout.name,
                 full - before,
                 after - before
+            );
+            // Waves of 100,000 short-lived workers, each routed one request: once their
+            // predictions expire, or they are removed, they leave behind only the index's
+            // tables of worker slots, sized by the most workers live at once, which the next
+            // wave reuses.
+            let steady = live();
+            let mut after = Vec::new();
+            for wave in 0..3u64 {
+                short_lived_workers(&index, retention, 1_000 + wave * 100_000);
+                after.push(live() - steady);
+            }
+            println!("{} {retention:?}: waves leave {after:?} B", layout.name);
+            assert!(
+                after[0] < 100 * 100_000,
+                "{}: {} B left by the first wave",
+                layout.name,
+                after[0]
+            );
+            assert!(
+                after[2] - after[0] < 64 << 10,
+                "{}: waves of workers that are gone leave {after:?} B",
+                layout.name
             );
             drop(index);
             let end = live();

@@ -36,7 +36,7 @@
 //! let routed = index.record_routing(worker, &prompt, Duration::from_secs(1));
 //! assert_eq!(index.find_matches(&prompt).best(), Some((worker, 4)));
 //! // The request finished: its blocks stay predicted until the capacity model evicts them.
-//! index.release(routed, Duration::from_secs(2));
+//! index.release(routed, Duration::from_secs(2)).unwrap();
 //! assert_eq!(index.find_matches(&prompt[..2]).get(worker), Some(2));
 //! ```
 
@@ -45,26 +45,31 @@ mod predictions;
 mod retention;
 
 pub use naive::NaiveApproximateIndexer;
-pub use predictions::Routed;
+pub use predictions::{ForeignRouted, Routed};
 pub use retention::Retention;
 
 use crate::error::EventError;
 use crate::index::KvIndex;
 use crate::scores::OverlapScores;
-use crate::sync::{Mutex, lock};
+use crate::sync::{Mutex, RwLock, lock, read, write};
 use crate::types::{Event, EventView, LocalHash, SeqHash, Worker};
 use core::time::Duration;
+use foldhash::fast::RandomState;
 use predictions::Predictions;
+use std::collections::HashSet;
 
 /// An index of predicted caches over any [`KvIndex`] (see [the module](self)).
 ///
 /// `I` holds both the predicted blocks and the exact blocks of workers that publish events.
 /// Queries go straight to it, lock-free as ever. Routing decisions and releases take one lock,
-/// under which they update the predictions and apply the events that mirror them.
+/// under which they update the predictions and apply the events that mirror them. Engines'
+/// events of workers already exact only read a set of them, so they never wait on decisions.
 #[derive(Debug)]
 pub struct ApproximateIndexer<I> {
     index: I,
     predictions: Mutex<Predictions>,
+    /// The exact workers, as in `predictions`: written under its lock, read without it.
+    exact: RwLock<HashSet<Worker, RandomState>>,
 }
 
 impl<I: KvIndex + Default> ApproximateIndexer<I> {
@@ -88,6 +93,7 @@ impl<I: KvIndex> ApproximateIndexer<I> {
         Self {
             index,
             predictions: Mutex::new(Predictions::new(retention)),
+            exact: RwLock::default(),
         }
     }
 
@@ -120,11 +126,16 @@ impl<I: KvIndex> ApproximateIndexer<I> {
     /// The request `routed` finished at `now`: its blocks stop being pinned and become
     /// evictable, newest last, tails first (as an engine frees them). Expires what `now` ends
     /// first. Releasing twice, or a request that pinned nothing, does nothing more.
-    pub fn release(&self, routed: Routed, now: Duration) {
+    ///
+    /// # Errors
+    ///
+    /// [`ForeignRouted`], changing nothing, if another index routed the request.
+    pub fn release(&self, routed: Routed, now: Duration) -> Result<(), ForeignRouted> {
         let mut predictions = lock(&self.predictions);
         let mut events = Vec::new();
-        predictions.release(routed, now, &mut events);
+        predictions.release(routed, now, &mut events)?;
         self.apply_predicted(&events);
+        Ok(())
     }
 
     /// Moves the clock to `now` and drops predictions whose time to live has passed. Time never
@@ -158,15 +169,19 @@ impl<I: KvIndex> ApproximateIndexer<I> {
 }
 
 impl<I: KvIndex> ApproximateIndexer<I> {
-    /// Before `worker`'s first engine event: drops its predictions from the index and marks it
-    /// exact.
+    /// Before each engine event of `worker`: the first drops its predictions from the index and
+    /// marks it exact; later ones only see that it is.
     fn make_exact(&self, worker: Worker) {
+        if read(&self.exact).contains(&worker) {
+            return;
+        }
         let mut predictions = lock(&self.predictions);
         if !predictions.is_exact(worker)
             && let Some(clear) = predictions.make_exact(worker)
         {
             self.apply_predicted(&[clear]);
         }
+        write(&self.exact).insert(worker);
     }
 }
 
@@ -191,13 +206,25 @@ impl<I: KvIndex> KvIndex for ApproximateIndexer<I> {
     /// predicted again.
     fn remove_worker(&self, id: u64) {
         let mut predictions = lock(&self.predictions);
-        predictions.forget(|w| w.id == id);
+        {
+            let mut exact = write(&self.exact);
+            for &rank in predictions.ranks(id) {
+                exact.remove(&Worker::new(id, rank));
+            }
+            predictions::shrink_set(&mut exact);
+        }
+        predictions.forget_id(id);
         self.index.remove_worker(id);
     }
 
     fn remove_worker_dp_rank(&self, worker: Worker) {
         let mut predictions = lock(&self.predictions);
-        predictions.forget(|w| w == worker);
+        {
+            let mut exact = write(&self.exact);
+            exact.remove(&worker);
+            predictions::shrink_set(&mut exact);
+        }
+        predictions.forget(worker);
         self.index.remove_worker_dp_rank(worker);
     }
 
@@ -230,7 +257,7 @@ pub trait ApproximateIndex: KvIndex {
     /// See [`ApproximateIndexer::record_routing`].
     fn record_routing(&self, worker: Worker, locals: &[LocalHash], now: Duration) -> Routed;
     /// See [`ApproximateIndexer::release`].
-    fn release(&self, routed: Routed, now: Duration);
+    fn release(&self, routed: Routed, now: Duration) -> Result<(), ForeignRouted>;
     /// See [`ApproximateIndexer::expire`].
     fn expire(&self, now: Duration);
     /// See [`ApproximateIndexer::is_exact`].
@@ -245,7 +272,7 @@ macro_rules! approximate_index_by_inherent_methods {
             fn record_routing(&self, worker: Worker, locals: &[LocalHash], now: Duration) -> Routed {
                 Self::record_routing(self, worker, locals, now)
             }
-            fn release(&self, routed: Routed, now: Duration) {
+            fn release(&self, routed: Routed, now: Duration) -> Result<(), ForeignRouted> {
                 Self::release(self, routed, now)
             }
             fn expire(&self, now: Duration) {

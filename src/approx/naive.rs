@@ -1,6 +1,6 @@
 //! [`NaiveApproximateIndexer`]: approximate mode's semantics written as plainly as possible.
 
-use super::predictions::Routed;
+use super::predictions::{ForeignRouted, Routed, index_tag};
 use super::retention::Retention;
 use crate::error::EventError;
 use crate::hash;
@@ -26,6 +26,8 @@ struct State {
     retention: Retention,
     now: Duration,
     tick: u64,
+    /// Tags this index's [`Routed`]s.
+    tag: u64,
     next_request: u64,
     exact: NaiveIndexer,
     exact_workers: BTreeSet<Worker>,
@@ -44,7 +46,8 @@ struct State {
 ///   shortest until the first it lacks, are touched (tick, time `now`, pinned under
 ///   [`Retention::lru`]); the rest are added in order while the worker has room, where making
 ///   room removes the unpinned prefix of the smallest tick older than this decision;
-/// - a release touches the request's prefixes the same way and unpins them;
+/// - a release touches the request's prefixes the same way and unpins them (a request routed
+///   by another index is refused);
 /// - expiry removes every unpinned prefix touched at least the time to live before `now`;
 /// - a worker's depth for a query is the number of its leading prefixes the worker holds;
 /// - a worker's first event makes it exact: its predictions go, and routing ignores it.
@@ -158,6 +161,7 @@ impl NaiveApproximateIndexer {
                 retention,
                 now: Duration::ZERO,
                 tick: 0,
+                tag: index_tag(),
                 next_request: 0,
                 exact: NaiveIndexer::new(),
                 exact_workers: BTreeSet::new(),
@@ -169,13 +173,17 @@ impl NaiveApproximateIndexer {
 
     /// See [`ApproximateIndexer::record_routing`](super::ApproximateIndexer::record_routing).
     pub fn record_routing(&self, worker: Worker, locals: &[LocalHash], now: Duration) -> Routed {
-        let id = lock(&self.state).route(worker, locals, now);
-        Routed::new(worker, id)
+        let mut state = lock(&self.state);
+        let id = state.route(worker, locals, now);
+        Routed::new(worker, state.tag, id)
     }
 
     /// See [`ApproximateIndexer::release`](super::ApproximateIndexer::release).
-    pub fn release(&self, routed: Routed, now: Duration) {
-        lock(&self.state).release(routed.id(), now);
+    pub fn release(&self, routed: Routed, now: Duration) -> Result<(), ForeignRouted> {
+        let mut state = lock(&self.state);
+        let id = routed.id_in(state.tag)?;
+        state.release(id, now);
+        Ok(())
     }
 
     /// See [`ApproximateIndexer::expire`](super::ApproximateIndexer::expire).

@@ -12,32 +12,58 @@
 use super::retention::Retention;
 use crate::hash;
 use crate::types::{Block, Event, LocalHash, SeqHash, Worker};
+use core::fmt;
 use core::time::Duration;
 use foldhash::fast::RandomState;
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::hash::BuildHasher;
 
 /// A routed request, as [`ApproximateIndexer::record_routing`](super::ApproximateIndexer::record_routing)
-/// returns it: pass it to [`release`](super::ApproximateIndexer::release) when the request
-/// finishes.
+/// returns it: pass it to [`release`](super::ApproximateIndexer::release) of the same index when
+/// the request finishes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Routed {
     worker: Worker,
+    /// The index that routed it ([`index_tag`]).
+    index: u64,
     id: u64,
 }
 
 impl Routed {
-    pub(crate) fn new(worker: Worker, id: u64) -> Self {
-        Self { worker, id }
+    pub(crate) fn new(worker: Worker, index: u64, id: u64) -> Self {
+        Self { worker, index, id }
     }
 
-    pub(crate) fn id(&self) -> u64 {
-        self.id
+    /// The request's number in the index that routed it, if that index is `index`.
+    pub(crate) fn id_in(&self, index: u64) -> Result<u64, ForeignRouted> {
+        (self.index == index)
+            .then_some(self.id)
+            .ok_or(ForeignRouted)
     }
 
     /// The worker the request was routed to.
     pub fn worker(&self) -> Worker {
         self.worker
     }
+}
+
+/// A [`Routed`] handed to another index's `release` than the one that routed it: refused, so
+/// that it cannot unpin that index's own request of the same number.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ForeignRouted;
+
+impl fmt::Display for ForeignRouted {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("this request was routed by another approximate index")
+    }
+}
+
+impl std::error::Error for ForeignRouted {}
+
+/// A tag for a new index's [`Routed`]s: random, so that no two indexes share one (but with
+/// probability 2^-64).
+pub(crate) fn index_tag() -> u64 {
+    std::hash::RandomState::new().hash_one(0u8)
 }
 
 /// One predicted block of one worker.
@@ -56,6 +82,8 @@ struct WorkerCache {
     blocks: HashMap<SeqHash, Predicted, RandomState>,
     /// Unpinned blocks by tick: the front is evicted first.
     lru: BTreeMap<u64, SeqHash>,
+    /// The running requests that pinned blocks here.
+    running: HashSet<u64, RandomState>,
 }
 
 /// The chain a running request pinned.
@@ -70,9 +98,15 @@ pub(crate) struct Predictions {
     retention: Retention,
     now: Duration,
     tick: u64,
+    /// Tags this index's [`Routed`]s.
+    tag: u64,
     next_request: u64,
+    /// Predicted workers with at least one predicted block or running request.
     workers: HashMap<Worker, WorkerCache, RandomState>,
     exact: HashSet<Worker, RandomState>,
+    /// The ranks of every worker id in `workers` or `exact`, so that a worker id is forgotten
+    /// without a scan of every worker.
+    ranks: HashMap<u64, Vec<u32>, RandomState>,
     /// Unpinned blocks of every worker by tick, when blocks expire with time (ticks and touch
     /// times grow together, so the front expires first).
     expiry: Expiry,
@@ -151,9 +185,11 @@ impl Predictions {
             retention,
             now: Duration::ZERO,
             tick: 0,
+            tag: index_tag(),
             next_request: 0,
             workers: HashMap::default(),
             exact: HashSet::default(),
+            ranks: HashMap::default(),
             expiry: BTreeMap::new(),
             running: HashMap::default(),
         }
@@ -161,10 +197,6 @@ impl Predictions {
 
     pub(crate) fn retention(&self) -> Retention {
         self.retention
-    }
-
-    fn expiry(&mut self) -> Option<&mut Expiry> {
-        self.retention.ttl_limit().map(|_| &mut self.expiry)
     }
 
     fn take_ticks(&mut self, n: usize) -> u64 {
@@ -187,7 +219,8 @@ impl Predictions {
         let Some(ttl) = self.retention.ttl_limit() else {
             return;
         };
-        let mut removed: Vec<(Worker, Vec<SeqHash>)> = Vec::new();
+        // Expired blocks by worker, each worker's in expiry order (its leaves first).
+        let mut removed: HashMap<Worker, Vec<SeqHash>, RandomState> = HashMap::default();
         while let Some((&tick, &(worker, seq))) = self.expiry.first_key_value() {
             let cache = self
                 .workers
@@ -200,16 +233,39 @@ impl Predictions {
             self.expiry.pop_first();
             cache.lru.remove(&tick);
             cache.blocks.remove(&seq);
-            match removed.iter_mut().find(|(w, _)| *w == worker) {
-                Some((_, seqs)) => seqs.push(seq),
-                None => removed.push((worker, vec![seq])),
+            removed.entry(worker).or_default().push(seq);
+        }
+        for (worker, seqs) in removed {
+            self.drop_if_empty(worker);
+            out.push(Event::removed(worker, 0, seqs));
+        }
+    }
+
+    /// Forgets `worker`'s cache once it predicts nothing and pins nothing, so that workers that
+    /// come and go leave nothing behind.
+    fn drop_if_empty(&mut self, worker: Worker) {
+        if let Some(cache) = self.workers.get(&worker)
+            && cache.blocks.is_empty()
+            && cache.running.is_empty()
+        {
+            self.workers.remove(&worker);
+            shrink(&mut self.workers);
+            self.unregister_if_gone(worker);
+        }
+    }
+
+    /// Forgets `worker`'s rank in [`Predictions::ranks`] if it is neither predicted nor exact.
+    fn unregister_if_gone(&mut self, worker: Worker) {
+        if self.workers.contains_key(&worker) || self.exact.contains(&worker) {
+            return;
+        }
+        if let Some(ranks) = self.ranks.get_mut(&worker.id) {
+            ranks.retain(|&r| r != worker.dp_rank);
+            if ranks.is_empty() {
+                self.ranks.remove(&worker.id);
+                shrink(&mut self.ranks);
             }
         }
-        out.extend(
-            removed
-                .into_iter()
-                .map(|(worker, seqs)| Event::removed(worker, 0, seqs)),
-        );
     }
 
     /// Predicts that `worker` now caches the chain `locals`: touches what it already holds,
@@ -223,10 +279,7 @@ impl Predictions {
         out: &mut Vec<Event>,
     ) -> Routed {
         self.advance(now, out);
-        let routed = Routed {
-            worker,
-            id: self.next_request,
-        };
+        let routed = Routed::new(worker, self.tag, self.next_request);
         self.next_request += 1;
         if locals.is_empty() || self.exact.contains(&worker) {
             return routed;
@@ -241,7 +294,11 @@ impl Predictions {
             self.now,
         );
         let mut expiry = self.retention.ttl_limit().map(|_| &mut self.expiry);
-        let cache = self.workers.entry(worker).or_default();
+        let ranks = &mut self.ranks;
+        let cache = self.workers.entry(worker).or_insert_with(|| {
+            register(ranks, worker);
+            WorkerCache::default()
+        });
 
         let mut held = 0;
         while held < n
@@ -294,71 +351,114 @@ impl Predictions {
             out.push(Event::stored(worker, 0, parent, blocks));
         }
         if pin && held > 0 {
+            cache.running.insert(routed.id);
             let mut seqs = seqs;
             seqs.truncate(held);
             self.running.insert(routed.id, Running { worker, seqs });
         }
+        self.drop_if_empty(worker);
         routed
     }
 
     /// The request `routed` finished: its chain is touched again (the engine frees it now, tail
     /// first) and unpinned.
-    pub(crate) fn release(&mut self, routed: Routed, now: Duration, out: &mut Vec<Event>) {
+    pub(crate) fn release(
+        &mut self,
+        routed: Routed,
+        now: Duration,
+        out: &mut Vec<Event>,
+    ) -> Result<(), ForeignRouted> {
+        let id = routed.id_in(self.tag)?;
         self.advance(now, out);
-        let Some(run) = self.running.remove(&routed.id) else {
-            return;
+        let Some(run) = self.running.remove(&id) else {
+            return Ok(());
         };
+        shrink(&mut self.running);
         let n = run.seqs.len();
         let base = self.take_ticks(n);
         let now = self.now;
         let mut expiry = self.retention.ttl_limit().map(|_| &mut self.expiry);
         let Some(cache) = self.workers.get_mut(&run.worker) else {
-            return;
+            return Ok(());
         };
+        cache.running.remove(&id);
         for (i, seq) in run.seqs.iter().enumerate() {
             let tick = base + (n - 1 - i) as u64;
             cache.touch(expiry.as_deref_mut(), run.worker, *seq, tick, now, |p| {
                 p.saturating_sub(1)
             });
         }
+        self.drop_if_empty(run.worker);
+        Ok(())
     }
 
     /// `worker` publishes events from now on: its predictions are dropped. Returns the event
     /// that clears them from the index, if it had any.
     pub(crate) fn make_exact(&mut self, worker: Worker) -> Option<Event> {
-        self.exact.insert(worker);
-        let had = self.drop_predictions(|w| w == worker);
+        if self.exact.insert(worker) {
+            register(&mut self.ranks, worker);
+        }
+        let had = self.drop_predictions(worker);
         had.then(|| Event::cleared(worker, 0))
     }
 
-    /// Forgets the workers `matches` selects: predictions, pins, and whether they were exact.
-    pub(crate) fn forget(&mut self, matches: impl Fn(Worker) -> bool) {
-        self.exact.retain(|w| !matches(*w));
-        self.drop_predictions(matches);
+    /// Forgets `worker`: its predictions, pins, and whether it was exact.
+    pub(crate) fn forget(&mut self, worker: Worker) {
+        self.exact.remove(&worker);
+        shrink_set(&mut self.exact);
+        self.drop_predictions(worker);
+        self.unregister_if_gone(worker);
     }
 
-    /// Drops the predicted blocks and running requests of the workers `matches` selects;
-    /// `true` if any block was dropped.
-    fn drop_predictions(&mut self, matches: impl Fn(Worker) -> bool) -> bool {
-        let mut dropped = false;
-        let mut ticks = Vec::new();
-        let workers: Vec<Worker> = self
-            .workers
-            .keys()
-            .copied()
-            .filter(|w| matches(*w))
-            .collect();
-        for worker in workers {
-            let cache = self.workers.remove(&worker).expect("listed");
-            dropped |= !cache.blocks.is_empty();
-            ticks.extend(cache.lru.keys().copied());
+    /// Forgets every rank of worker `id`.
+    pub(crate) fn forget_id(&mut self, id: u64) {
+        for rank in self.ranks.get(&id).cloned().unwrap_or_default() {
+            self.forget(Worker::new(id, rank));
         }
-        if let Some(expiry) = self.expiry() {
-            for tick in ticks {
-                expiry.remove(&tick);
+    }
+
+    /// The ranks of worker `id` that are predicted or exact.
+    pub(crate) fn ranks(&self, id: u64) -> &[u32] {
+        self.ranks.get(&id).map_or(&[], Vec::as_slice)
+    }
+
+    /// Drops `worker`'s predicted blocks and running requests; `true` if it had blocks.
+    fn drop_predictions(&mut self, worker: Worker) -> bool {
+        let Some(cache) = self.workers.remove(&worker) else {
+            return false;
+        };
+        shrink(&mut self.workers);
+        if let Some(expiry) = self.retention.ttl_limit().map(|_| &mut self.expiry) {
+            for tick in cache.lru.keys() {
+                expiry.remove(tick);
             }
         }
-        self.running.retain(|_, run| !matches(run.worker));
-        dropped
+        for id in &cache.running {
+            self.running.remove(id);
+        }
+        shrink(&mut self.running);
+        !cache.blocks.is_empty()
+    }
+}
+
+/// Lists `worker`'s rank under its id.
+fn register(ranks: &mut HashMap<u64, Vec<u32>, RandomState>, worker: Worker) {
+    let listed = ranks.entry(worker.id).or_default();
+    if !listed.contains(&worker.dp_rank) {
+        listed.push(worker.dp_rank);
+    }
+}
+
+/// Gives a map's room back once it is three quarters empty, so that memory follows the workers
+/// and requests that are live, not the most there ever were.
+fn shrink<K: Eq + std::hash::Hash, V>(map: &mut HashMap<K, V, RandomState>) {
+    if map.capacity() > 64 && map.len() < map.capacity() / 4 {
+        map.shrink_to(map.len() * 2);
+    }
+}
+
+pub(super) fn shrink_set<K: Eq + std::hash::Hash>(set: &mut HashSet<K, RandomState>) {
+    if set.capacity() > 64 && set.len() < set.capacity() / 4 {
+        set.shrink_to(set.len() * 2);
     }
 }

@@ -132,8 +132,13 @@ pub fn check_approximate(subject: &dyn ApproximateIndex, case: &ApproxCase) -> R
             ApproxStep::Release { request } => {
                 if !routed.is_empty() {
                     let (a, b) = routed[usize::from(*request) % routed.len()];
-                    subject.release(a, now);
-                    reference.release(b, now);
+                    // Each refuses the other's request, changing nothing.
+                    if subject.release(b, now).is_ok() || reference.release(a, now).is_ok() {
+                        return fail("released a request another index routed".into());
+                    }
+                    if subject.release(a, now).is_err() || reference.release(b, now).is_err() {
+                        return fail("refused its own request".into());
+                    }
                 }
             }
             ApproxStep::Advance { ms } => now += Duration::from_millis(u64::from(*ms)),

@@ -173,7 +173,9 @@ impl Policy for ApproximateKv {
     }
     fn finished(&mut self, request: usize, _worker: u64, now_us: u64) {
         if let Some(routed) = self.routed.remove(&request) {
-            self.index.release(routed, at(now_us));
+            self.index
+                .release(routed, at(now_us))
+                .expect("routed by this index");
         }
     }
 }
