@@ -123,13 +123,21 @@ class Index:
         """Blocks ``worker`` holds, reachable or not."""
     def dump(self) -> List[_DumpedEvent]:
         """Events that rebuild the index's answers."""
-    def record_routing(self, worker: _Worker, local_hashes: Sequence[int], now: float) -> int:
+    def record_routing(self, worker: _Worker, local_hashes: Sequence[int], now: float) -> Routed:
         """Approximate mode: a request with this prompt went to ``worker`` at ``now`` (seconds).
-        Returns a ticket for ``release``. RuntimeError on an exact Index."""
-    def release(self, ticket: int, now: float) -> None:
-        """Approximate mode: the request of ``ticket`` finished."""
+        Returns the request for ``release``. RuntimeError on an exact Index."""
+    def release(self, routed: Routed, now: float) -> None:
+        """Approximate mode: the request ``routed`` finished (again: nothing more). ValueError if
+        another Index routed it."""
     def expire(self, now: float) -> None:
         """Approximate mode: drop predictions whose time to live has passed."""
+
+@final
+class Routed:
+    """A request routed in approximate mode; pass it to ``Index.release`` when it finishes."""
+    @property
+    def worker(self) -> Tuple[int, int]:
+        """The worker the request went to, ``(worker_id, dp_rank)``."""
 
 @final
 class OverlapScores:

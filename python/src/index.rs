@@ -10,8 +10,7 @@ use flash_indexer::{
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// The layouts `Index(layout=...)` accepts.
@@ -49,8 +48,26 @@ pub struct Index {
     pub(crate) index: Arc<dyn KvIndex>,
     approximate: Option<Arc<Approximate>>,
     layout: String,
-    routed: Mutex<HashMap<u64, Routed>>,
-    next_ticket: Mutex<u64>,
+}
+
+/// A request routed in approximate mode, as `Index.record_routing` returns it: pass it to
+/// `Index.release` when the request finishes (releasing twice does nothing more).
+#[pyclass(module = "flash_indexer", name = "Routed", frozen)]
+pub struct PyRouted(Routed);
+
+#[pymethods]
+impl PyRouted {
+    /// The worker the request went to, `(worker_id, dp_rank)`.
+    #[getter]
+    fn worker(&self) -> (u64, u32) {
+        let worker = self.0.worker();
+        (worker.id, worker.dp_rank)
+    }
+
+    fn __repr__(&self) -> String {
+        let (id, rank) = self.worker();
+        format!("Routed(worker=({id}, {rank}))")
+    }
 }
 
 fn blocks_of(blocks: Vec<(u64, u64)>) -> Vec<Block> {
@@ -137,8 +154,6 @@ impl Index {
             index,
             approximate,
             layout: layout.to_owned(),
-            routed: Mutex::default(),
-            next_ticket: Mutex::new(0),
         })
     }
 
@@ -314,39 +329,28 @@ impl Index {
     }
 
     /// Approximate mode: the router sent a request with prompt `local_hashes` to `worker` at
-    /// `now` (seconds since any origin you keep). Returns a ticket for `release`.
+    /// `now` (seconds since any origin you keep). Returns the request, for `release`.
     fn record_routing(
         &self,
         py: Python<'_>,
         worker: &Bound<'_, PyAny>,
         local_hashes: Vec<u64>,
         now: f64,
-    ) -> PyResult<u64> {
+    ) -> PyResult<PyRouted> {
         let approximate = self.approximate()?;
         let (w, now) = (crate::convert::worker(worker)?, seconds(now)?);
         let locals: Vec<LocalHash> = local_hashes.into_iter().map(LocalHash).collect();
         let routed = crate::guard::detach(py, || approximate.record_routing(w, &locals, now))?;
-        let mut next = self.next_ticket.lock().expect("never poisoned");
-        let ticket = *next;
-        *next += 1;
-        if approximate.retention().pins_running() {
-            self.routed
-                .lock()
-                .expect("never poisoned")
-                .insert(ticket, routed);
-        }
-        Ok(ticket)
+        Ok(PyRouted(routed))
     }
 
-    /// Approximate mode: the request of `ticket` finished at `now`. Unknown tickets are ignored.
-    fn release(&self, py: Python<'_>, ticket: u64, now: f64) -> PyResult<()> {
+    /// Approximate mode: the request `routed` finished at `now`. ValueError if another Index
+    /// routed it.
+    fn release(&self, py: Python<'_>, routed: &PyRouted, now: f64) -> PyResult<()> {
         let approximate = self.approximate()?;
-        let now = seconds(now)?;
-        let routed = self.routed.lock().expect("never poisoned").remove(&ticket);
-        if let Some(routed) = routed {
-            crate::guard::detach(py, || approximate.release(routed, now))?;
-        }
-        Ok(())
+        let (routed, now) = (routed.0, seconds(now)?);
+        crate::guard::detach(py, || approximate.release(routed, now))?
+            .map_err(|e| PyValueError::new_err(e.to_string()))
     }
 
     /// Approximate mode: expire predictions whose time to live has passed at `now`.

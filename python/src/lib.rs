@@ -26,6 +26,7 @@ mod subscriber;
 fn flash_indexer(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add_class::<index::Index>()?;
+    m.add_class::<index::PyRouted>()?;
     m.add_class::<radix_tree::RadixTree>()?;
     m.add_class::<radix_tree::OverlapScores>()?;
     m.add_class::<subscriber::Subscriber>()?;

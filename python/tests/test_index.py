@@ -119,11 +119,17 @@ def test_approximate_mode_predicts_and_expires():
     assert index.find_matches(prompt) == {}
 
     lru = fi.Index("radix", approximate="lru", capacity_blocks=4)
-    ticket = lru.record_routing(2, prompt, 0.0)
+    routed = lru.record_routing(2, prompt, 0.0)
+    assert routed.worker == (2, 0)
     other = fi.local_hashes(list(range(1000, 1064)), 16)
     lru.record_routing(2, other, 1.0)  # all of worker 2's room is pinned by the first request
     assert lru.find_matches(other) == {}
-    lru.release(ticket, 2.0)
+    lru.release(routed, 2.0)
+    lru.release(routed, 2.5)  # again: nothing more
+    # Another index's request is refused: it must not unpin this index's request of that number.
+    other_index = fi.Index("radix", approximate="lru", capacity_blocks=4)
+    with pytest.raises(ValueError, match="another"):
+        other_index.release(routed, 2.6)
     lru.record_routing(2, other, 3.0)
     assert lru.find_matches(other) == {(2, 0): 4}
 
