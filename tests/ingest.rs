@@ -479,6 +479,7 @@ fn mapping_rejects_partial_blocks_and_filters_tiers() {
                 group_idx: None,
                 extra_keys: None,
                 cache_salt: None,
+                lookahead: false,
             })
         };
     let batch = KvEventBatch {
@@ -939,4 +940,51 @@ fn extra_keys_of_unknown_shapes_reject_their_event() {
         matches!(error, Err(DecodeError::Invalid { .. })),
         "{error:?}"
     );
+}
+
+#[test]
+fn blocks_hashed_over_lookahead_tokens_are_refused_not_misindexed() {
+    // vLLM 0.33 with speculative decoding hashes each block over the tokens after it too; a
+    // router cannot hash a request that way, so such an event is refused and counted.
+    let tokens: Vec<u32> = (0..32).collect();
+    let trailing = |lookahead: Value| {
+        vec![
+            ("group_idx", Value::from(0)),
+            ("kv_cache_spec_kind", Value::Nil),
+            ("kv_cache_spec_sliding_window", Value::Nil),
+            ("locality", Value::Nil),
+            ("ownership", Value::Nil),
+            ("session_id", Value::Nil),
+            ("lookahead_token_ids", lookahead),
+        ]
+    };
+    let lists = Value::Array(vec![
+        Value::Array(vec![Value::from(32)]),
+        Value::Array(vec![Value::from(33)]),
+    ]);
+    for encoding in [Encoding::Array, Encoding::Map] {
+        for (lookahead, refused) in [(Value::Nil, false), (lists.clone(), true)] {
+            let event = keyed_stored(
+                encoding,
+                &[1, 2],
+                &tokens,
+                None,
+                Value::Nil,
+                trailing(lookahead),
+            );
+            let batch =
+                decode_batch(&batch_bytes(encoding, vec![event], None), Engine::Vllm).unwrap();
+            let mapped = EventMapper::new(1, MapConfig::default()).map(&batch, 0);
+            assert_eq!(mapped.events.is_empty(), refused, "{encoding:?}");
+            assert_eq!(
+                mapped.rejected,
+                if refused {
+                    vec![MapError::Lookahead]
+                } else {
+                    vec![]
+                },
+                "{encoding:?}"
+            );
+        }
+    }
 }

@@ -94,6 +94,9 @@ pub struct BlockStored {
     pub extra_keys: Option<Vec<Option<Vec<RawExtraKey>>>>,
     /// SGLang's request-wide cache salt (a top-level field of its `BlockStored`).
     pub cache_salt: Option<String>,
+    /// Whether vLLM hashed each block over tokens after it too (`lookahead_token_ids`, for
+    /// speculative decoding's drafters).
+    pub lookahead: bool,
 }
 
 /// One item of a block's `extra_keys` as vLLM publishes it (`to_event_extra_keys`): untagged,
@@ -348,6 +351,7 @@ impl Decoder {
                 group_idx: optional_u32(&fields, 8, "group_idx", loc)?,
                 // SGLang's field; it has no place in vLLM's positional encoding.
                 cache_salt: optional_string(&fields, usize::MAX, "cache_salt", loc)?,
+                lookahead: optional(&fields, 14, "lookahead_token_ids").is_some(),
             }),
             "BlockRemoved" => EngineEvent::BlockRemoved(BlockRemoved {
                 block_hashes: self.hashes(

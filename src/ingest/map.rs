@@ -9,6 +9,8 @@
 //!   salt, `(identifier, offset)` pairs are multimodal items, bytes are a prompt-embeddings
 //!   digest. SGLang's top-level `cache_salt` keys the first block of a sequence. A key of any
 //!   other shape rejects the event with a reason: it is never hashed as plain text.
+//! - Blocks vLLM hashed over the tokens after them too (`lookahead_token_ids`, speculative
+//!   decoding) are rejected ([`MapError::Lookahead`]): a router cannot hash a request that way.
 //! - Engine block hashes become opaque [`SeqHash`]es, unchanged.
 //! - `data_parallel_rank` becomes [`Worker::dp_rank`] (or a fixed rank); the worker id is the
 //!   caller's (the subscriber's endpoint names it, or its resolver maps the message topic).
@@ -88,6 +90,10 @@ pub enum MapError {
         /// The adapter's id.
         lora_id: i64,
     },
+    /// Blocks vLLM hashed over tokens after them too (`lookahead_token_ids`): a router cannot
+    /// hash a request's blocks that way before it knows those tokens, so they are not indexed
+    /// (under-counted, never over-counted).
+    Lookahead,
 }
 
 impl fmt::Display for MapError {
@@ -112,6 +118,10 @@ impl fmt::Display for MapError {
             MapError::LoraWithoutName { lora_id } => write!(
                 f,
                 "LoRA adapter {lora_id} without lora_name: its local hashes cannot be computed"
+            ),
+            MapError::Lookahead => f.write_str(
+                "blocks hashed over lookahead tokens (speculative decoding) are not indexed: \
+                 event rejected",
             ),
         }
     }
@@ -154,6 +164,7 @@ pub struct Mapped {
 ///         group_idx: None,
 ///         extra_keys: None,
 ///         cache_salt: None,
+///         lookahead: false,
 ///     })],
 ///     data_parallel_rank: Some(1),
 ///     unknown_events: 0,
@@ -245,6 +256,9 @@ impl EventMapper {
 }
 
 fn stored_kind(stored: &BlockStored) -> Result<EventKind, MapError> {
+    if stored.lookahead {
+        return Err(MapError::Lookahead);
+    }
     let block_size = stored.block_size as usize;
     if block_size > hash::MAX_BLOCK_SIZE {
         return Err(MapError::BlockSizeTooLarge {
