@@ -90,15 +90,104 @@ impl Drop for Publisher {
     }
 }
 
-/// What one block is: its parent's hash, its tokens, its LoRA adapter.
-type BlockKey = (Option<u64>, Vec<u32>, Option<String>);
+/// What one block is: its parent's hash, its tokens, its LoRA adapter, its other extra keys.
+type BlockKey = (Option<u64>, Vec<u32>, Option<String>, Vec<Value>);
+
+/// What besides its tokens and LoRA adapter keys a request: an image and a cache salt.
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
+struct Features {
+    /// `(identifier, first placeholder, placeholders)`.
+    image: Option<(String, u64, u64)>,
+    cache_salt: Option<String>,
+}
+
+impl Features {
+    /// Block `i`'s extra keys besides the LoRA name, by vLLM 0.33's rules: the image's
+    /// `(identifier, start relative to the block)` if its placeholders overlap the block, then
+    /// the salt on the first block.
+    fn block_keys(&self, i: u64) -> Vec<Value> {
+        let (start, end) = (16 * i, 16 * (i + 1));
+        let mut keys = Vec::new();
+        if let Some((id, offset, length)) = &self.image
+            && *offset < end
+            && offset + length > start
+        {
+            keys.push(json!([id, *offset as i64 - start as i64]));
+        }
+        if let (0, Some(salt)) = (i, &self.cache_salt) {
+            keys.push(json!(salt));
+        }
+        keys
+    }
+
+    /// The features read back from a chain's per-block keys: the image spans from its start to
+    /// the end of the last block it keys, which hashes the chain's blocks alike.
+    fn of_chain(keys: &[Vec<Value>]) -> Features {
+        let mut features = Features::default();
+        for (i, block) in keys.iter().enumerate() {
+            for key in block {
+                match key {
+                    Value::String(salt) => features.cache_salt = Some(salt.clone()),
+                    Value::Array(pair) => {
+                        let id = pair[0].as_str().unwrap().to_owned();
+                        let start = (16 * i as i64 + pair[1].as_i64().unwrap()) as u64;
+                        features.image = Some((id, start, 16 * (i as u64 + 1) - start));
+                    }
+                    other => panic!("an extra key of an unknown shape: {other}"),
+                }
+            }
+        }
+        features
+    }
+
+    /// The features that key blocks apart from these: another image or another salt.
+    fn other(&self) -> Features {
+        match (&self.image, &self.cache_salt) {
+            (Some((id, offset, length)), _) => Features {
+                image: Some((format!("{id}-other"), *offset, *length)),
+                cache_salt: None,
+            },
+            (None, Some(salt)) => Features {
+                image: None,
+                cache_salt: Some(format!("{salt}-other")),
+            },
+            (None, None) => Features {
+                image: None,
+                cache_salt: Some("tenant-0".to_owned()),
+            },
+        }
+    }
+
+    /// Adds the features to a `POST /query` body.
+    fn add_to(&self, query: &mut Value) {
+        if let Some((id, offset, length)) = &self.image {
+            query["mm"] = json!([{ "identifier": id, "offset": offset, "length": length }]);
+        }
+        if let Some(salt) = &self.cache_salt {
+            query["cache_salt"] = json!(salt);
+        }
+    }
+
+    fn of_query(query: &Value) -> Features {
+        let image = query.get("mm").map(|mm| {
+            let item = &mm[0];
+            let number = |key: &str| item[key].as_u64().unwrap();
+            let id = item["identifier"].as_str().unwrap().to_owned();
+            (id, number("offset"), number("length"))
+        });
+        let cache_salt = query
+            .get("cache_salt")
+            .map(|s| s.as_str().unwrap().to_owned());
+        Features { image, cache_salt }
+    }
+}
 
 /// The engines' caches as the publisher reported them at the end.
 struct Caches {
     /// Per worker `(id, rank)`: held blocks by what they are, to their hash.
     ranks: Vec<((u64, u32), HashMap<BlockKey, u64>)>,
-    /// Every held block's chain from the root, as a query (tokens, LoRA).
-    chains: Vec<(Vec<u32>, Option<String>)>,
+    /// Every held block's chain from the root, as a query (tokens, LoRA, features).
+    chains: Vec<(Vec<u32>, Option<String>, Features)>,
 }
 
 impl Caches {
@@ -112,44 +201,53 @@ impl Caches {
             for block in blocks.as_array().unwrap() {
                 let tokens: Vec<u32> = serde_json::from_value(block[2].clone()).unwrap();
                 let lora = block[3].as_str().map(str::to_owned);
+                let keys = block[4].as_array().cloned().unwrap_or_default();
                 by_seq.insert(
                     block[0].as_u64().unwrap(),
-                    (block[1].as_u64(), tokens, lora),
+                    (block[1].as_u64(), tokens, lora, keys),
                 );
             }
             for &seq in by_seq.keys() {
-                let (mut tokens, mut at, mut lora) = (Vec::new(), Some(seq), None);
-                let mut parts = Vec::new();
+                let (mut parts, mut at, mut lora) = (Vec::new(), Some(seq), None);
                 while let Some(s) = at {
-                    let Some((parent, block, l)) = by_seq.get(&s) else {
+                    let Some((parent, block, l, keys)) = by_seq.get(&s) else {
                         break;
                     };
-                    parts.push(block.clone());
+                    parts.push((block.clone(), keys.clone()));
                     lora = l.clone();
                     at = *parent;
                 }
-                for part in parts.into_iter().rev() {
-                    tokens.extend(part);
-                }
-                chains.push((tokens, lora));
+                parts.reverse();
+                let tokens = parts.iter().flat_map(|(block, _)| block.clone()).collect();
+                let keys: Vec<Vec<Value>> = parts.into_iter().map(|(_, keys)| keys).collect();
+                chains.push((tokens, lora, Features::of_chain(&keys)));
             }
-            let index = by_seq
-                .into_iter()
-                .map(|(seq, (parent, tokens, lora))| ((parent, tokens, lora), seq))
-                .collect();
+            let index = by_seq.into_iter().map(|(seq, key)| (key, seq)).collect();
             ranks.push((worker, index));
         }
         chains.sort();
         Caches { ranks, chains }
     }
 
-    /// Every worker's depth for `tokens` (blocks of 16) under `lora`, deepest first.
-    fn expected(&self, tokens: &[u32], lora: &Option<String>) -> Vec<(u64, u32, u64)> {
+    /// Every worker's depth for `tokens` (blocks of 16) under `lora` and `features`, deepest
+    /// first.
+    fn expected(
+        &self,
+        tokens: &[u32],
+        lora: &Option<String>,
+        features: &Features,
+    ) -> Vec<(u64, u32, u64)> {
         let mut out = Vec::new();
         for ((id, rank), held) in &self.ranks {
             let (mut parent, mut depth) = (None, 0u64);
             for block in tokens.chunks_exact(16) {
-                match held.get(&(parent, block.to_vec(), lora.clone())) {
+                let key = (
+                    parent,
+                    block.to_vec(),
+                    lora.clone(),
+                    features.block_keys(depth),
+                );
+                match held.get(&key) {
                     Some(&seq) => {
                         parent = Some(seq);
                         depth += 1;
@@ -165,7 +263,8 @@ impl Caches {
         out
     }
 
-    /// 1,000 queries: every chain, and chains cut short or run on past what anyone holds.
+    /// `n` queries: every chain, and chains cut short or run on past what anyone holds; after
+    /// the first pass, a third of them without the chain's features and a third with others.
     fn queries(&self, n: usize, model: &str) -> Vec<Value> {
         let mut state = 0x9e37_79b9_7f4a_7c15u64;
         let mut next = move || {
@@ -176,9 +275,10 @@ impl Caches {
         };
         let mut out = Vec::with_capacity(n);
         while out.len() < n {
-            let (tokens, lora) = &self.chains[out.len() % self.chains.len()];
+            let (tokens, lora, features) = &self.chains[out.len() % self.chains.len()];
             let mut tokens = tokens.clone();
-            match out.len() / self.chains.len() {
+            let pass = out.len() / self.chains.len();
+            match pass {
                 0 => {}
                 k if k % 2 == 1 => {
                     tokens.truncate(16 * (next() as usize % (tokens.len() / 16 + 1)))
@@ -188,6 +288,11 @@ impl Caches {
             let mut query = json!({ "model": model, "tokens": tokens });
             if let Some(lora) = lora {
                 query["lora"] = json!(lora);
+            }
+            match (pass > 0).then(|| next() % 3) {
+                Some(1) => {}
+                Some(2) => features.other().add_to(&mut query),
+                _ => features.add_to(&mut query),
             }
             out.push(query);
         }
@@ -215,7 +320,7 @@ fn depths(answer: &Value) -> Vec<(u64, u32, u64)> {
 fn expected_for(caches: &Caches, query: &Value) -> Vec<(u64, u32, u64)> {
     let tokens: Vec<u32> = serde_json::from_value(query["tokens"].clone()).unwrap();
     let lora = query.get("lora").and_then(Value::as_str).map(str::to_owned);
-    caches.expected(&tokens, &lora)
+    caches.expected(&tokens, &lora, &Features::of_query(query))
 }
 
 /// Waits until `server` answers every query as the caches say.
@@ -373,5 +478,46 @@ fn topics_name_the_worker_and_the_model() {
         status, 404,
         "events went to the topics' model only: {answer}"
     );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+#[ignore = "needs python3 with pyzmq and msgspec (pip install pyzmq msgspec); .ci/run runs it"]
+fn image_and_salted_requests_match_only_their_own_features() {
+    let dir = temp_dir("features");
+    let mut publisher = Publisher::start(&[
+        "--pods",
+        "2",
+        "--batches",
+        "400",
+        "--interval",
+        "0.004",
+        "--features",
+        "0.5",
+    ]);
+    let engines = publisher.engine_args();
+    let engines: Vec<&str> = engines.iter().map(String::as_str).collect();
+    let server = Server::start(&dir, "server", &engines);
+    server.wait_ready();
+    let caches = publisher.done(|pod| pod + 1);
+    let queries = caches.queries(1000, "default");
+    // Every keyed block the engines hold is indexed as they keyed it (`settle` compares every
+    // answer with the engines' caches), ...
+    settle(&server, &caches, &queries, "features");
+    // ... and the features decide how deep a query matches: without them or with others, no
+    // deeper than the blocks before the first keyed block.
+    let keyed: Vec<_> = (caches.chains.iter())
+        .filter(|(_, _, features)| *features != Features::default())
+        .collect();
+    let decided = keyed
+        .iter()
+        .filter(|(tokens, lora, features)| {
+            let same = caches.expected(tokens, lora, features);
+            let none = caches.expected(tokens, lora, &Features::default());
+            let other = caches.expected(tokens, lora, &features.other());
+            same != none && same != other
+        })
+        .count();
+    assert!(decided > 20, "{decided} of {} keyed chains", keyed.len());
     std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -13,7 +13,8 @@ Options make the faults the subscriber must survive: --gap-every/--gap-len drop 
 (kept for replay), --restart-at restarts every odd pod's engine (new sockets on the same
 addresses, sequence numbers from 0, empty cache; --restart-down keeps it down that long, and
 --restart-advance has it publish that many batches before it binds, as vLLM does while its model
-loads), --buffer bounds the replay buffer (vLLM's default: 10,000 batches), --no-replay leaves the
+loads), --features P gives that share of requests an image or a cache salt (vLLM 0.33's per-block
+extra_keys, folded into the block's hash), --buffer bounds the replay buffer (vLLM's default: 10,000 batches), --no-replay leaves the
 replay socket out (vLLM's default), --topic empty publishes vLLM's default topic "", --connect
 dials a router that binds (llm-d's deployment), --ipc binds ipc:// sockets, --no-wait publishes
 without waiting for a subscriber (a router that starts later).
@@ -21,7 +22,7 @@ without waiting for a subscriber (a router that starts later).
 Protocol with the test (stdout, one JSON object per line):
   {"pods": [{"topic", "events", "replay"}, ...], "sample_query": [...]}   once bound
   {"done": {"batches": N, "time": unix_seconds, "blocks": {"<pod>/<rank>": count, ...},
-            "held": {"<pod>/<rank>": [[seq, parent, tokens, lora], ...]}}} once all is published
+            "held": {"<pod>/<rank>": [[seq, parent, tokens, lora, extra_keys], ...]}}} once all is published
 "held" is every block each rank's cache holds at the end, hashes as vLLM's low 64 bits.
 It then keeps answering replay requests until stdin closes (or --serve-seconds pass).
 With --log FILE it writes every batch published, as JSON lines.
@@ -124,24 +125,42 @@ class Rank:
 
     def __init__(self, capacity: int):
         self.capacity = capacity
-        # digest -> (parent digest, the block's tokens, LoRA name)
-        self.blocks: dict[bytes, tuple[bytes | None, list[int], str | None]] = {}
+        # digest -> (parent digest, the block's tokens, LoRA name, the block's extra_keys but LoRA)
+        self.blocks: dict[bytes, tuple[bytes | None, list[int], str | None, tuple[Any, ...] | None]] = {}
         self.last_used: dict[bytes, int] = {}
         self.clock = 0
 
     def children(self, digest: bytes) -> bool:
-        return any(parent == digest for parent, _, _ in self.blocks.values())
+        return any(block[0] == digest for block in self.blocks.values())
 
     def held(self) -> list[list[Any]]:
-        """Every block held, as [seq, parent, tokens, lora] with vLLM's low 64 bits as hashes."""
+        """Every block held, as [seq, parent, tokens, lora, extra_keys] with vLLM's low 64 bits as
+        hashes, extra_keys without the LoRA name."""
         low = lambda d: None if d is None else int.from_bytes(d[24:], "big")
-        return [[low(d), low(p), tokens, lora] for d, (p, tokens, lora) in self.blocks.items()]
+        return [[low(d), low(p), tokens, lora, extra] for d, (p, tokens, lora, extra) in self.blocks.items()]
+
+
+def block_extra_keys(
+    start: int, lora: str | None, image: tuple[str, int, int] | None, salt: str | None
+) -> tuple[Any, ...] | None:
+    """One block's extra_keys as vLLM 0.33 assigns them (`generate_block_hash_extra_keys`): the
+    LoRA name, then (identifier, start relative to the block) for an image whose placeholders
+    overlap the block, then the cache salt on the first block only."""
+    keys: list[Any] = [lora] if lora else []
+    if image is not None:
+        identifier, offset, length = image
+        if offset < start + BLOCK_SIZE and offset + length > start:
+            keys.append((identifier, offset - start))
+    if salt is not None and start == 0:
+        keys.append(salt)
+    return tuple(keys) or None
 
 
 class Engine:
-    def __init__(self, pod: int, rng: random.Random, prefixes: list[list[int]], capacity: int):
+    def __init__(self, pod: int, rng: random.Random, prefixes: list[list[int]], capacity: int, features: float):
         self.pod = pod
         self.rng = rng
+        self.features = features
         self.prefixes = prefixes
         self.ranks = {rank: Rank(capacity) for rank in (0, 1)}
 
@@ -152,15 +171,27 @@ class Engine:
         lora = "alice" if rng.random() < 0.15 else None
         tokens = list(rng.choice(self.prefixes))
         tokens += [rng.randrange(50_000) for _ in range(BLOCK_SIZE * rng.randrange(1, 6))]
-        digests, parent = [], None
+        image, salt = None, None
+        if self.features and rng.random() < self.features:
+            if rng.random() < 0.5:
+                offset = rng.randrange(len(tokens))
+                image = (f"image-{rng.randrange(3)}", offset, rng.randrange(1, 3 * BLOCK_SIZE))
+            else:
+                salt = f"tenant-{rng.randrange(2)}"
+        digests, extras, parent = [], [], None
         for start in range(0, len(tokens), BLOCK_SIZE):
             block = tokens[start : start + BLOCK_SIZE]
+            # The block's keys besides its LoRA (which seeds the hash as before) key its hash.
+            keyed = block_extra_keys(start, None, image, salt)
             h = hashlib.sha256(parent or b"seed")
             h.update(b"".join(t.to_bytes(4, "little") for t in block))
             if lora:
                 h.update(lora.encode())
+            if keyed:
+                h.update(repr(keyed).encode())
             parent = h.digest()
             digests.append(parent)
+            extras.append((keyed, block_extra_keys(start, lora, image, salt)))
         rank.clock += 1
         cached = 0
         while cached < len(digests) and digests[cached] in rank.blocks:
@@ -173,7 +204,7 @@ class Engine:
             for i, digest in enumerate(new):
                 at = cached + i
                 block = tokens[at * BLOCK_SIZE : (at + 1) * BLOCK_SIZE]
-                rank.blocks[digest] = (digests[at - 1] if at else None, block, lora)
+                rank.blocks[digest] = (digests[at - 1] if at else None, block, lora, extras[at][0])
                 rank.last_used[digest] = rank.clock
             events.append(
                 BlockStored(
@@ -184,6 +215,8 @@ class Engine:
                     lora_id=1 if lora else None,
                     medium="GPU",
                     lora_name=lora,
+                    # Requests without features publish none, as vLLM before 0.33 did.
+                    extra_keys=[wire for _, wire in extras[cached:]] if image or salt else None,
                 )
             )
         events += self.evict(rank, keep=set(digests))
@@ -334,6 +367,7 @@ def main() -> None:
     parser.add_argument("--connect", help="dial this address (the router binds) instead of binding")
     parser.add_argument("--ipc", help="bind ipc:// sockets in this directory")
     parser.add_argument("--no-wait", action="store_true", help="publish without waiting for a subscriber")
+    parser.add_argument("--features", type=float, default=0.0, help="share of requests with an image or a cache salt")
     parser.add_argument("--interval", type=float, default=0.001, help="seconds between batches")
     parser.add_argument("--serve-seconds", type=float, default=60.0)
     parser.add_argument("--log", help="write every batch published here, as JSON lines")
@@ -346,7 +380,7 @@ def main() -> None:
     for i in range(args.pods):
         ports = None if args.port_base is None else (args.port_base + 2 * i, args.port_base + 2 * i + 1)
         pods.append(Pod(ctx, i, args, ports))
-    engines = [Engine(i, random.Random(args.seed * 1000 + i), prefixes, args.capacity) for i in range(args.pods)]
+    engines = [Engine(i, random.Random(args.seed * 1000 + i), prefixes, args.capacity, args.features) for i in range(args.pods)]
     print(
         json.dumps(
             {
@@ -376,7 +410,7 @@ def main() -> None:
                 pod.close()
                 time.sleep(args.restart_down)
                 pod.open()
-                engines[pod.index] = engine = Engine(pod.index, engine.rng, prefixes, args.capacity)
+                engines[pod.index] = engine = Engine(pod.index, engine.rng, prefixes, args.capacity, args.features)
                 unbound[pod.index] = args.restart_advance
             rank = engine.rng.randrange(2)
             roll = engine.rng.random()
