@@ -168,8 +168,7 @@ mod tests {
 
     #[test]
     fn huge_block_sizes_reserve_nothing() {
-        // These reserved block_size × 4 bytes before looking at the tokens (16 GiB, then a
-        // capacity overflow): issue 54.
+        // Nothing is reserved for blocks the tokens cannot fill.
         for block_size in [1 << 32, 1 << 33, 1 << 61, usize::MAX] {
             assert!(local_hashes(&[1, 2, 3], block_size).is_empty());
             assert!(local_hashes(&[], block_size).is_empty());

@@ -88,10 +88,9 @@ pub struct WideCover {
 /// before it keeps all of them with a word operation.
 ///
 /// The edge a worker first stores runs on into its own private tail, and the workers that
-/// share only the prefix hold less than the whole edge: under Dynamo's workload, 63 of the
-/// 64 workers under each shared prefix. Without a floor, `full` bits keep none of them, and
-/// every query through the prefix read 63 cutoffs (a quarter of the radix layout's query
-/// time there).
+/// share only the prefix hold less than the whole edge (on Dynamo's workload, all but one of the
+/// workers under each shared prefix). Without a floor, `full` bits keep none of them, and every
+/// query through the prefix reads each one's cutoff (paper §6.8).
 ///
 /// Kept true for readers the way `full` bits are: a writer lowers the floor before it cuts a
 /// cutoff below it or publishes a member below it, and raises it only after the cutoffs it

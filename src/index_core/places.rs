@@ -39,12 +39,10 @@ const REBUILD_MIN: usize = 64;
 /// A table that must grow while it has no garbage (its worker is filling, not evicting) grows
 /// fourfold while it has room for fewer entries than this, and twofold otherwise.
 ///
-/// A worker that is filling rebuilds its table at every growth (a worker on Dynamo's workload
-/// fills a table of 13,000 places from nothing); growing fourfold halves how many rebuilds there
-/// are (paper §6.10). The slack it can leave, up to about four buckets of 5 bytes an entry, comes to 640 KiB a worker at most (a table
-/// of 2^17 buckets); larger tables, where slack is what counts, double. So do tables with garbage:
-/// where workers evict as they store (the trace), fourfold growth for every table made them
-/// larger and the replay slower (paper §6.10).
+/// A worker that is filling rebuilds its table at every growth; growing fourfold halves how many
+/// rebuilds there are. The slack that leaves is bounded by the table size at which growth turns
+/// twofold, where slack is what counts. Tables with garbage (workers that evict as they store)
+/// always double. Measured in paper §6.10.
 const GROW_FOURFOLD_BELOW: usize = 1 << 15;
 
 /// The block at `loc` of `runs`, if the run has one there.
@@ -123,8 +121,7 @@ impl Format for Wide {
 /// filtering as [`Wide`]'s.
 ///
 /// Half the bytes of a wide entry, and a table is most of what a worker keeps a block for
-/// beside its seq: on the shared-prefix preset, where every worker holds a few dozen runs of a
-/// few hundred blocks, the narrow format cut the bytes per held pair by 6.5. A table is built
+/// beside its seq (paper §6.10). A table is built
 /// narrow whenever the places it could be asked to file fit with room to grow: runs and
 /// offsets twice what they are at the build. A worker outgrowing that is rebuilt (by
 /// [`Places::reserve`], before an event files anything), so a rebuild for the format is a
@@ -238,8 +235,8 @@ pub(super) struct ProbeLines {
 
 /// Each claim's lines are asked for this many blocks ahead of it ([`Places::claim_all`]), in
 /// events long enough (`WARM_FROM`) to repay finding where the table's lines are (two more
-/// misses). 12 rather than 6 ahead, as measured in paper §6.16: a worker's table is 100-200 KiB
-/// on Dynamo's workload, and the writers' 64 tables do not fit in the cache together.
+/// misses). Far enough ahead for the writers' tables, which do not fit in the cache together
+/// (paper §6.16).
 const AHEAD: usize = 12;
 const WARM_FROM: usize = 12;
 

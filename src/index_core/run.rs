@@ -57,10 +57,9 @@ impl KeptCanons {
 /// doubling them.
 ///
 /// A run's seqs are most of what a worker keeps a block for, and the run is kept as long as its
-/// blocks are held: doubling a 256-block run for an 8-block extension (a conversation under a
-/// system prompt) left 248 seqs' room unused for the run's life, 6 bytes a held pair on the
-/// shared-prefix preset. Growing by an eighth still copies a seq a bounded number of times
-/// (nine, amortized) while a run grows a block at a time.
+/// blocks are held, so room left by doubling stays unused for the run's life. Growing by an
+/// eighth still copies a seq a bounded number of times (nine, amortized) while a run grows a
+/// block at a time. Measured in paper §6.10.
 fn make_room(seqs: &mut Vec<SeqHash>, n: usize) {
     if seqs.capacity() - seqs.len() < n {
         seqs.reserve_exact(n.max(seqs.len() / 8).max(4));

@@ -411,10 +411,7 @@ impl<'a, L: Tree> Walker<'a, '_, L> {
     ///
     /// Inlined where a query walks from the root (the radix layout's walk, the jump search's
     /// first leg, where most queries end, and its descents), so that each copy is specialised
-    /// to its gate. Counted by callgrind over the trace's queries, replayed on one thread
-    /// between its events, the keyed layouts' search ran 1,420 instructions a query against the
-    /// radix layout's 1,289 with one out-of-line copy for every caller, and 1,322 against
-    /// 1,281 with this and the first leg's worker set counted once.
+    /// to its gate (instruction counts in paper §6.19).
     #[inline(always)]
     fn narrow(
         &self,

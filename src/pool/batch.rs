@@ -42,9 +42,8 @@ pub(super) struct Batch {
     buffers: Buffers,
     /// What the batch counts for against the queue's capacity: a message each, and a copied
     /// event one more for every [`BLOCKS_PER_MESSAGE`] blocks, so that a full queue's buffers
-    /// hold at most `capacity * BLOCKS_PER_MESSAGE` blocks. (Counting messages alone, a queue
-    /// of 8,192 events of 128 blocks held 16 MiB of copies, paid for in page faults, while the
-    /// submitter ran far ahead of its writers.)
+    /// hold at most `capacity * BLOCKS_PER_MESSAGE` blocks, however long the events (paper
+    /// §6.11).
     load: usize,
 }
 

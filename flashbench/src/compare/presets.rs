@@ -254,11 +254,8 @@ pub fn dynamo() -> Preset {
         ]
         .map(String::from)
         .to_vec(),
-        // The store phase lasts about 30 ms on two cores and the remove phase under 10 ms: in
-        // 3-round runs of one build the radix layout's stores measured 1.67-2.27x CRTC's and
-        // its removes 1.46-2.68x. Like the trace replay's, these medians need more rounds: at
-        // 9, the radix layout's stores over the positional layout's still moved from 1.15x to
-        // 1.40x across six runs of two builds in one session.
+        // The phases last tens of milliseconds, so a median of few rounds moves from run to run
+        // (paper §6.12).
         min_rounds: 15,
     }
 }
@@ -501,11 +498,8 @@ pub fn trace(trace: &[Request], source: &str, cfg: &EngineConfig) -> Preset {
         ]
         .map(String::from)
         .to_vec(),
-        // The replay lasts about 60 ms on two cores, with three busy threads; 3 rounds of it
-        // gave radix / CRTC ops/s anywhere from 0.94x to 1.16x for the same code. Its p99.9 is
-        // the 12th slowest of a round's 12,031 queries: over 15 rounds, the positional
-        // layout's median over the radix layout's ranged from 0.90x to 1.44x in eleven runs of
-        // two builds (one session, 2 cores), over 45 from 0.99x to 1.17x in three.
+        // A replay lasts tens of milliseconds and its p99.9 is a round's 12th slowest query:
+        // its median settles at 45 rounds (paper §6.19).
         min_rounds: 45,
     }
 }
