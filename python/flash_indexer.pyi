@@ -17,6 +17,7 @@ from typing_extensions import TypeAlias
 __all__ = [
     "__version__",
     "Index",
+    "Routed",
     "RadixTree",
     "OverlapScores",
     "Subscriber",

@@ -59,7 +59,7 @@ def test_subscriber_follows_the_publisher():
         checked = 0
         for name, blocks in done["held"].items():
             pod, rank = (int(x) for x in name.split("/"))
-            held = {seq: (parent, tokens, lora) for seq, parent, tokens, lora in blocks}
+            held = {seq: (parent, tokens, lora) for seq, parent, tokens, lora, _ in blocks}
             for seq in held:
                 chain = chain_of(held, seq)
                 if chain is None:
