@@ -69,7 +69,7 @@ mod loom_tests;
 
 #[cfg(feature = "approximate")]
 pub use approx::{
-    ApproximateIndex, ApproximateIndexer, NaiveApproximateIndexer, Retention, Routed,
+    ApproximateIndex, ApproximateIndexer, ForeignRouted, NaiveApproximateIndexer, Retention, Routed,
 };
 pub use error::EventError;
 pub use index::KvIndex;
