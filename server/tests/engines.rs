@@ -485,16 +485,8 @@ fn topics_name_the_worker_and_the_model() {
 #[ignore = "needs python3 with pyzmq and msgspec (pip install pyzmq msgspec); .ci/run runs it"]
 fn image_and_salted_requests_match_only_their_own_features() {
     let dir = temp_dir("features");
-    let mut publisher = Publisher::start(&[
-        "--pods",
-        "2",
-        "--batches",
-        "400",
-        "--interval",
-        "0.004",
-        "--features",
-        "0.5",
-    ]);
+    let args = "--pods 2 --batches 400 --interval 0.004 --features 0.5";
+    let mut publisher = Publisher::start(&args.split_whitespace().collect::<Vec<_>>());
     let engines = publisher.engine_args();
     let engines: Vec<&str> = engines.iter().map(String::as_str).collect();
     let server = Server::start(&dir, "server", &engines);
