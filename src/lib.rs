@@ -54,6 +54,7 @@ mod naive;
 #[cfg(not(loom))]
 pub mod pool;
 mod prefetch;
+mod room;
 mod scores;
 mod sync;
 mod types;

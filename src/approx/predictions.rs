@@ -449,16 +449,16 @@ fn register(ranks: &mut HashMap<u64, Vec<u32>, RandomState>, worker: Worker) {
     }
 }
 
-/// Gives a map's room back once it is three quarters empty, so that memory follows the workers
-/// and requests that are live, not the most there ever were.
+/// Gives a map's room back when [`crate::room::shrunk`] says so.
 fn shrink<K: Eq + std::hash::Hash, V>(map: &mut HashMap<K, V, RandomState>) {
-    if map.capacity() > 64 && map.len() < map.capacity() / 4 {
-        map.shrink_to(map.len() * 2);
+    if let Some(to) = crate::room::shrunk(map.len(), map.capacity()) {
+        map.shrink_to(to);
     }
 }
 
+/// [`shrink`] for a set.
 pub(super) fn shrink_set<K: Eq + std::hash::Hash>(set: &mut HashSet<K, RandomState>) {
-    if set.capacity() > 64 && set.len() < set.capacity() / 4 {
-        set.shrink_to(set.len() * 2);
+    if let Some(to) = crate::room::shrunk(set.len(), set.capacity()) {
+        set.shrink_to(to);
     }
 }

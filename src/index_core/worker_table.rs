@@ -292,11 +292,9 @@ impl<L: Layout> WorkerTable<L> {
             ranks.retain(|(rank, c)| *rank != worker.dp_rank || !Arc::ptr_eq(c, cell));
             if ranks.is_empty() {
                 shard.remove(&worker.id);
-                // Room goes back once the shard is three quarters empty, so that a fleet that
-                // shrinks does not keep its largest table.
-                let len = shard.len();
-                if shard.capacity() > 64 && len < shard.capacity() / 4 {
-                    shard.shrink_to(len * 2);
+                // A fleet that shrinks does not keep its largest table.
+                if let Some(to) = crate::room::shrunk(shard.len(), shard.capacity()) {
+                    shard.shrink_to(to);
                 }
             }
         }
