@@ -28,6 +28,14 @@ pub enum EventError {
         /// The sequence hash stored twice with different meanings.
         seq: SeqHash,
     },
+    /// An event of a KV-cache group the model does not have
+    /// ([`HybridIndex::apply`](crate::hybrid::HybridIndex::apply)).
+    UnknownGroup {
+        /// The event's group.
+        group: u32,
+        /// How many groups the model has.
+        groups: u32,
+    },
     /// A `Removed` event named blocks the worker did not hold. The rest was applied.
     UnknownBlocks {
         /// The ignored sequence hashes, in event order.
@@ -42,6 +50,7 @@ impl EventError {
             Self::UnknownParent { .. } => "unknown_parent",
             Self::InvalidSequence { .. } => "invalid_sequence",
             Self::Conflict { .. } => "conflict",
+            Self::UnknownGroup { .. } => "unknown_group",
             Self::UnknownBlocks { .. } => "unknown_blocks",
         }
     }
@@ -67,6 +76,10 @@ impl fmt::Display for EventError {
             Self::Conflict { seq } => write!(
                 f,
                 "stored event rejected: block {seq} is already held with a different local hash or parent"
+            ),
+            Self::UnknownGroup { group, groups } => write!(
+                f,
+                "event rejected: group {group} is not one of the model's {groups} KV-cache groups"
             ),
             Self::UnknownBlocks { missing } => {
                 write!(

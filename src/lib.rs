@@ -42,6 +42,8 @@ mod counters;
 pub mod docs;
 mod error;
 pub mod hash;
+#[cfg(feature = "hybrid")]
+pub mod hybrid;
 #[cfg_attr(loom, allow(dead_code))]
 mod inbox;
 mod index;

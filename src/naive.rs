@@ -11,17 +11,17 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 /// What a worker holds about one block: its local hash and its parent (see [the
 /// contract](crate::docs::contract)).
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
-struct Held {
-    local: LocalHash,
-    parent: Option<SeqHash>,
+pub(crate) struct Held {
+    pub(crate) local: LocalHash,
+    pub(crate) parent: Option<SeqHash>,
 }
 
 // foldhash rather than SipHash: no input here is adversarial, and the differential suite and
 // the fuzz target spend much of their time in these maps.
-type HeldSet = HashMap<SeqHash, Held, RandomState>;
+pub(crate) type HeldSet = HashMap<SeqHash, Held, RandomState>;
 /// Every held block as `(parent, local, seq)`, sorted: the children of one parent with one local
 /// hash are one contiguous run.
-type Children = Vec<(Option<SeqHash>, LocalHash, SeqHash)>;
+pub(crate) type Children = Vec<(Option<SeqHash>, LocalHash, SeqHash)>;
 
 /// One worker's held set, and its child lists while they are valid.
 #[derive(Debug, Default)]
@@ -86,7 +86,11 @@ impl NaiveIndexer {
 }
 
 /// Applies a `Stored` event to one worker's held set, checks in the contract's order.
-fn store(held: &mut HeldSet, parent: Option<SeqHash>, blocks: &[Block]) -> Result<(), EventError> {
+pub(crate) fn store(
+    held: &mut HeldSet,
+    parent: Option<SeqHash>,
+    blocks: &[Block],
+) -> Result<(), EventError> {
     if blocks.is_empty() {
         return Ok(());
     }
@@ -129,7 +133,7 @@ fn store(held: &mut HeldSet, parent: Option<SeqHash>, blocks: &[Block]) -> Resul
 }
 
 /// Children of each parent (`None` = chain starts) among a worker's held blocks, by local hash.
-fn children_of(held: &HeldSet) -> Children {
+pub(crate) fn children_of(held: &HeldSet) -> Children {
     let mut children: Children = held
         .iter()
         .map(|(seq, h)| (h.parent, h.local, *seq))

@@ -63,6 +63,49 @@
 //! - depth is bounded only by memory (chains of 100,000 blocks work in every layout), and so is
 //!   the number of workers.
 //!
+//! ## Groups
+//!
+//! A model whose layers attend in several ways keeps one KV-cache **group** per kind, and a
+//! prefix is reusable only if every group can supply it. The [`hybrid`](crate::hybrid) module
+//! scores such models; a model with one full-attention group scores exactly as above.
+//!
+//! - A model is a list of groups, indexed by vLLM's `group_idx`, each a kind and a block size
+//!   ([`ModelGroups`](crate::hybrid::ModelGroups)): **full attention**, **sliding window** of `W`
+//!   tokens, **chunked local** attention in chunks of `C` tokens, **Mamba** (linear attention,
+//!   state-space layers). It has at least one full-attention group, and every group has the same
+//!   block size `B` (vLLM also allows multiples of a hash block size; not yet supported here, and
+//!   refused, never guessed).
+//! - The first full-attention group is the **chain group**. Its events are the events above:
+//!   its held set, its reachability, its depth `D` for a query. Every other group holds a set of
+//!   sequence hashes: a `Stored` adds its blocks' seqs (their parent and locals are not checked,
+//!   since vLLM leaves the blocks a group skips out of its events but names the parent anyway),
+//!   a `Removed` drops them (seqs the group did not hold are the usual warning). A `Cleared` of
+//!   any group clears every group of the worker.
+//! - Group `g` **holds the query's block `i`** when `i < D` and `g` holds the seq of a chain
+//!   block at position `i` on a chain matching `query[..=i]` (with salted twins, any of them);
+//!   the chain group holds exactly blocks `0 .. D`. A seq names one prefix, so a block of another
+//!   group counts exactly where the chain group's block of the same seq is, and moves with it.
+//! - A worker's score is the longest hit `h` (in blocks) that vLLM 0.33's
+//!   `HybridKVCacheCoordinator.find_longest_cache_hit` computes with these `held` answers, every
+//!   block of the query a candidate (`max_cache_hit_length` is the query's length: vLLM's
+//!   recomputation of a prompt's last token is the router's business, not the index's). Groups
+//!   of one kind are looked up together (a block counts if each of them holds it), full
+//!   attention first; from `h = len(query)`, each kind in turn lowers `h`:
+//!   - full attention: the run of held blocks from block 0, at most `h` (looked up once, then
+//!     only trimmed);
+//!   - sliding window: with `k = ceil((W - 1) / B)`, from block `h - 1` down, the first `k`
+//!     consecutive held blocks ending at block `j` give `j + 1`; if no such run exists, the run
+//!     of held blocks from block 0 (`SlidingWindowManager`, `_contiguous_blocks_for_hit`);
+//!   - chunked local: with `s = floor(h * B / C) * C / B` (the last chunk's first block, blocks
+//!     before it computed), `s` plus the run of held blocks from block `s`, at most `h`
+//!     (`ChunkedLocalAttentionManager`);
+//!   - Mamba: the last held block below `h`, `j`, gives `j + 1`; none gives 0
+//!     (`MambaManager`);
+//!
+//!   and the round repeats until no kind lowers `h`, except with exactly two kinds of which the
+//!   first is full attention (vLLM's "simple hybrid"), where one round is the answer. Workers
+//!   scoring 0 are left out.
+//!
 //! ## Concurrency
 //!
 //! [`KvIndex::apply`](crate::KvIndex::apply) may be called from many threads. Events of different

@@ -106,7 +106,11 @@ impl Counters {
             Ok(()) => &self.applied,
             Err(EventError::UnknownBlocks { .. }) => &self.warned_unknown_blocks,
             Err(EventError::UnknownParent { .. }) => &self.rejected_unknown_parent,
-            Err(EventError::InvalidSequence { .. }) => &self.rejected_invalid_sequence,
+            // No `KvIndex` of this crate returns `UnknownGroup` (only a hybrid index does): an
+            // index outside it that does has refused a malformed event.
+            Err(EventError::InvalidSequence { .. } | EventError::UnknownGroup { .. }) => {
+                &self.rejected_invalid_sequence
+            }
             Err(EventError::Conflict { .. }) => &self.rejected_conflict,
         };
         counter.fetch_add(1, Ordering::Relaxed);
