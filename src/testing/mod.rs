@@ -24,6 +24,8 @@ mod approx;
 mod check;
 #[cfg(feature = "arbitrary")]
 mod fuzz_input;
+#[cfg(all(feature = "arbitrary", feature = "hybrid"))]
+mod hybrid;
 #[cfg(all(feature = "arbitrary", feature = "vllm", not(loom)))]
 mod ingest_input;
 mod layouts;
@@ -48,6 +50,11 @@ pub use check::{Divergence, Op, check_ops, check_ops_on_each};
 pub use fuzz_input::run_decode_input;
 #[cfg(feature = "arbitrary")]
 pub use fuzz_input::{MAX_FUZZ_STEPS, decode_fuzz_input, run_fuzz_input};
+#[cfg(all(feature = "arbitrary", feature = "hybrid"))]
+pub use hybrid::{
+    HybridCase, HybridStep, MAX_HYBRID_STEPS, check_hybrid_case, decode_hybrid_input,
+    hybrid_case_strategy, run_hybrid_input,
+};
 #[cfg(all(feature = "arbitrary", feature = "vllm", not(loom)))]
 pub use ingest_input::run_ingest_input;
 pub use layouts::{IndexFactory, Inspect, Residue, enabled_layouts, naive_factory};
