@@ -477,6 +477,8 @@ fn mapping_rejects_partial_blocks_and_filters_tiers() {
                 medium: medium.map(str::to_owned),
                 lora_name: lora.1.map(str::to_owned),
                 group_idx: None,
+                kv_cache_spec_kind: None,
+                kv_cache_spec_sliding_window: None,
                 extra_keys: None,
                 cache_salt: None,
                 lookahead: false,

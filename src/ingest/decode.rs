@@ -89,6 +89,11 @@ pub struct BlockStored {
     pub lora_name: Option<String>,
     /// The KV-cache group (hybrid models), if the engine sends one.
     pub group_idx: Option<u32>,
+    /// The group's kind as vLLM names it (`kv_cache_spec_kind`), if the engine sends one
+    /// (vLLM 0.33 declares the field and leaves it unset).
+    pub kv_cache_spec_kind: Option<String>,
+    /// The group's sliding window in tokens (`kv_cache_spec_sliding_window`), if sent.
+    pub kv_cache_spec_sliding_window: Option<u32>,
     /// vLLM's per-block extra keys, one entry per block hash (`None` for a block without):
     /// as published, untagged; [`EventMapper`](super::EventMapper) says what each one is.
     pub extra_keys: Option<Vec<Option<Vec<RawExtraKey>>>>,
@@ -349,6 +354,13 @@ impl Decoder {
                 lora_name: optional_string(&fields, 6, "lora_name", loc)?,
                 extra_keys: extra_keys(&fields, loc)?,
                 group_idx: optional_u32(&fields, 8, "group_idx", loc)?,
+                kv_cache_spec_kind: optional_string(&fields, 9, "kv_cache_spec_kind", loc)?,
+                kv_cache_spec_sliding_window: optional_u32(
+                    &fields,
+                    10,
+                    "kv_cache_spec_sliding_window",
+                    loc,
+                )?,
                 // SGLang's field; it has no place in vLLM's positional encoding.
                 cache_salt: optional_string(&fields, usize::MAX, "cache_salt", loc)?,
                 lookahead: optional(&fields, 14, "lookahead_token_ids").is_some(),

@@ -32,7 +32,9 @@ pub struct MapConfig {
     /// older than the field) is GPU. Default: `["GPU"]`.
     pub mediums: Vec<String>,
     /// Keep only this KV-cache group of hybrid models (events without a group are always kept).
-    /// Default: every group.
+    /// Default: every group. [`EventMapper::map`] merges the groups it keeps into one worker,
+    /// which is exact only for a model with one group: map a hybrid model's events with
+    /// [`EventMapper::map_groups`] into a [`HybridIndex`](crate::hybrid::HybridIndex) instead.
     pub group: Option<u32>,
 }
 
@@ -46,7 +48,7 @@ impl Default for MapConfig {
 }
 
 impl MapConfig {
-    fn keeps(&self, medium: Option<&str>, group: Option<u32>) -> bool {
+    pub(super) fn keeps(&self, medium: Option<&str>, group: Option<u32>) -> bool {
         let medium = medium.unwrap_or("GPU");
         let medium_ok = self.mediums.iter().any(|m| m.eq_ignore_ascii_case(medium));
         let group_ok = match (self.group, group) {
@@ -94,6 +96,15 @@ pub enum MapError {
     /// hash a request's blocks that way before it knows those tokens, so they are not indexed
     /// (under-counted, never over-counted).
     Lookahead,
+    /// An event of a KV-cache group that is not one of the model's, or whose kind the engine
+    /// names as something else than the model's configuration, or as a kind this crate has no
+    /// reuse rule for ([`EventMapper::map_groups`]). Never merged into another group.
+    Group {
+        /// The event's `group_idx`.
+        group: u32,
+        /// What is wrong.
+        reason: String,
+    },
 }
 
 impl fmt::Display for MapError {
@@ -119,6 +130,9 @@ impl fmt::Display for MapError {
                 f,
                 "LoRA adapter {lora_id} without lora_name: its local hashes cannot be computed"
             ),
+            MapError::Group { group, reason } => {
+                write!(f, "KV-cache group {group}: {reason}: event rejected")
+            }
             MapError::Lookahead => f.write_str(
                 "blocks hashed over lookahead tokens (speculative decoding) are not indexed: \
                  event rejected",
@@ -162,6 +176,8 @@ pub struct Mapped {
 ///         medium: Some("GPU".into()),
 ///         lora_name: None,
 ///         group_idx: None,
+///         kv_cache_spec_kind: None,
+///         kv_cache_spec_sliding_window: None,
 ///         extra_keys: None,
 ///         cache_salt: None,
 ///         lookahead: false,
@@ -181,7 +197,7 @@ pub struct Mapped {
 pub struct EventMapper {
     worker_id: u64,
     dp_rank: DpRank,
-    config: MapConfig,
+    pub(super) config: MapConfig,
 }
 
 impl EventMapper {
@@ -255,7 +271,7 @@ impl EventMapper {
     }
 }
 
-fn stored_kind(stored: &BlockStored) -> Result<EventKind, MapError> {
+pub(super) fn stored_kind(stored: &BlockStored) -> Result<EventKind, MapError> {
     if stored.lookahead {
         return Err(MapError::Lookahead);
     }

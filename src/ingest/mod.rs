@@ -9,7 +9,9 @@
 //!   bytes ([`Engine`] says which 8 bytes).
 //! - [`EventMapper`]: engine events to index events: local hashes from the tokens (with the
 //!   LoRA seed), engine hashes as opaque [`SeqHash`](crate::SeqHash)es, data-parallel ranks as
-//!   [`Worker::dp_rank`](crate::Worker::dp_rank), a storage-tier filter, and whole blocks only.
+//!   [`Worker::dp_rank`](crate::Worker::dp_rank), a storage-tier filter, and whole blocks only;
+//!   for models with several KV-cache groups, [`EventMapper::map_groups`] keeps each event's
+//!   group for a [`HybridIndex`](crate::hybrid::HybridIndex).
 //! - [`Subscriber`]: ZeroMQ SUB sockets (dialled or bound, `tcp://` or `ipc://`), one thread
 //!   per endpoint, with gap repair through the engine's replay socket and resynchronization after
 //!   every reconnection, restart and unrepaired loss, feeding a
@@ -20,6 +22,8 @@
 
 mod decode;
 mod endpoint;
+#[cfg(feature = "hybrid")]
+mod groups;
 mod map;
 pub(crate) mod sequence;
 mod stats;
@@ -31,6 +35,8 @@ pub use decode::{
     decode_batch,
 };
 pub use endpoint::{Dial, DpRank, EngineEndpoint, IngestError, SubscriberConfig};
+#[cfg(feature = "hybrid")]
+pub use groups::MappedGroups;
 pub use map::{EventMapper, MapConfig, MapError, Mapped};
 pub use sequence::Topic;
 pub use stats::IngestStats;

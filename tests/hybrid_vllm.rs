@@ -1,0 +1,259 @@
+//! Hybrid models' events as vLLM 0.33 publishes them, through the decoder and
+//! `EventMapper::map_groups` into every layout's `HybridIndexer`: the scores must be the prefix
+//! vLLM's `HybridKVCacheCoordinator` would reuse, worked out by hand below from its rules.
+//!
+//! The engine stand-in does what `BlockPool.cache_full_blocks` does: one `BlockStored` per group
+//! and step, `group_idx` set, `token_ids` over the step's whole range while `block_hashes` skips
+//! the blocks a group does not keep (null or masked: out of a sliding window, between Mamba
+//! states), and `parent_block_hash` the hash of the block before the range, whether or not the
+//! group keeps it. Evictions are `BlockRemoved` with the group.
+
+use flash_indexer::hybrid::{
+    GroupKind, GroupSpec, HybridIndex, HybridIndexer, ModelGroups, NaiveHybridIndexer,
+};
+use flash_indexer::ingest::{Engine, EventMapper, MapConfig, MapError, decode_batch};
+use flash_indexer::testing;
+use flash_indexer::{KvIndex, LocalHash, Worker, hash};
+use rmpv::Value;
+
+const BLOCK: usize = 16;
+
+/// A request's tokens, blocks of distinct tokens after `shared` blocks of request `from`.
+fn tokens(request: u32, blocks: usize, shared: usize, from: u32) -> Vec<u32> {
+    (0..blocks * BLOCK)
+        .map(|t| {
+            let owner = if t < shared * BLOCK { from } else { request };
+            owner * 100_000 + t as u32
+        })
+        .collect()
+}
+
+/// The engine's block hashes of `tokens` (opaque to the index: a chain keyed apart from ours).
+fn engine_hashes(tokens: &[u32]) -> Vec<u64> {
+    let locals = hash::local_hashes(tokens, BLOCK);
+    hash::seq_hashes(&locals)
+        .into_iter()
+        .map(|s| s.0 ^ 0x9e37_79b9_7f4a_7c15)
+        .collect()
+}
+
+/// vLLM 0.33's `BlockStored`, positional: blocks `from..to` of `tokens`, of which `keep` are
+/// published.
+fn stored(
+    group: u32,
+    tokens: &[u32],
+    range: core::ops::Range<usize>,
+    keep: impl Fn(usize) -> bool,
+    kind: Option<(&str, Option<u32>)>,
+) -> Value {
+    let hashes = engine_hashes(tokens);
+    let parent = range
+        .start
+        .checked_sub(1)
+        .map_or(Value::Nil, |p| Value::from(hashes[p]));
+    let published: Vec<Value> = range
+        .clone()
+        .filter(|&b| keep(b))
+        .map(|b| Value::from(hashes[b]))
+        .collect();
+    let token_ids = tokens[range.start * BLOCK..range.end * BLOCK]
+        .iter()
+        .map(|&t| Value::from(t))
+        .collect();
+    let (kind, window) = kind.map_or((Value::Nil, Value::Nil), |(k, w)| {
+        (Value::from(k), w.map_or(Value::Nil, Value::from))
+    });
+    Value::Array(vec![
+        Value::from("BlockStored"),
+        Value::Array(published),
+        parent,
+        Value::Array(token_ids),
+        Value::from(BLOCK as u32),
+        Value::Nil,               // lora_id
+        Value::from("GPU"),       // medium
+        Value::Nil,               // lora_name
+        Value::Nil,               // extra_keys
+        Value::from(group),       // group_idx
+        kind,                     // kv_cache_spec_kind
+        window,                   // kv_cache_spec_sliding_window
+        Value::Nil,               // locality
+        Value::Nil,               // ownership
+        Value::from("session-1"), // session_id
+        Value::Nil,               // lookahead_token_ids
+    ])
+}
+
+/// vLLM 0.33's `BlockRemoved`, positional.
+fn removed(group: u32, tokens: &[u32], blocks: core::ops::Range<usize>) -> Value {
+    let hashes = engine_hashes(tokens);
+    Value::Array(vec![
+        Value::from("BlockRemoved"),
+        Value::Array(blocks.map(|b| Value::from(hashes[b])).collect()),
+        Value::from("GPU"),
+        Value::from(group),
+        Value::Nil,
+        Value::Nil,
+    ])
+}
+
+/// The reference and every layout, fed one engine's batches through the decoder and mapper.
+struct Fleet {
+    model: ModelGroups,
+    indexes: Vec<(&'static str, Box<dyn HybridIndex>)>,
+    mapper: EventMapper,
+    next: u64,
+}
+
+impl Fleet {
+    fn new(model: ModelGroups) -> Self {
+        let mut indexes: Vec<(&'static str, Box<dyn HybridIndex>)> =
+            vec![("naive", Box::new(NaiveHybridIndexer::new(model.clone())))];
+        for layout in testing::enabled_layouts() {
+            let index: HybridIndexer<Box<dyn KvIndex>> =
+                HybridIndexer::with_layout(model.clone(), (layout.make)());
+            indexes.push((layout.name, Box::new(index)));
+        }
+        Fleet {
+            model,
+            indexes,
+            mapper: EventMapper::new(1, MapConfig::default()),
+            next: 0,
+        }
+    }
+
+    /// Sends one batch; returns what the mapper rejected.
+    fn send(&mut self, events: Vec<Value>) -> Vec<MapError> {
+        let batch = Value::Array(vec![Value::from(1.0), Value::Array(events), Value::Nil]);
+        let mut bytes = Vec::new();
+        rmpv::encode::write_value(&mut bytes, &batch).unwrap();
+        let batch = decode_batch(&bytes, Engine::Vllm).unwrap();
+        let mapped = self.mapper.map_groups(&batch, self.next, &self.model);
+        self.next += 1;
+        for (group, event) in &mapped.events {
+            for (name, index) in &self.indexes {
+                let result = index.apply(*group, event);
+                assert!(
+                    result.is_ok(),
+                    "{name}: {event:?} of group {group}: {result:?}"
+                );
+            }
+        }
+        mapped.rejected
+    }
+
+    /// Every index's score for the first `blocks` blocks of `tokens`.
+    fn assert_score(&self, tokens: &[u32], blocks: usize, expected: Option<u32>) {
+        let query: Vec<LocalHash> = hash::local_hashes(&tokens[..blocks * BLOCK], BLOCK);
+        for (name, index) in &self.indexes {
+            let got = index.find_matches(&query).get(Worker::new(1, 0));
+            assert_eq!(got, expected, "{name}: {blocks} blocks");
+        }
+    }
+}
+
+#[test]
+fn gpt_oss_like_full_attention_and_a_window_of_128_tokens() {
+    // Window 128 over blocks of 16: a hit needs the cdiv(127, 16) = 8 blocks before its end.
+    let model = ModelGroups::new(vec![
+        GroupSpec::new(GroupKind::FullAttention, BLOCK as u32),
+        GroupSpec::new(GroupKind::SlidingWindow { window: 128 }, BLOCK as u32),
+    ])
+    .unwrap();
+    let mut fleet = Fleet::new(model);
+    let a = tokens(1, 40, 0, 0);
+    let all = |_| true;
+    // Request A prefills 40 blocks: both groups cache them all (the window group names its
+    // kind, as the field allows).
+    let rejected = fleet.send(vec![
+        stored(0, &a, 0..40, all, None),
+        stored(1, &a, 0..40, all, Some(("sliding_window", Some(128)))),
+    ]);
+    assert!(rejected.is_empty(), "{rejected:?}");
+    fleet.assert_score(&a, 40, Some(40));
+    fleet.assert_score(&a, 30, Some(30));
+    // The window group frees and evicts what slid out of the window: blocks 0..32.
+    fleet.send(vec![removed(1, &a, 0..32)]);
+    // All 40: blocks 32..40 are the window before 40. Any shorter prefix of A has no
+    // window left, nor a run from block 0: vLLM reuses nothing (the old code said 30).
+    fleet.assert_score(&a, 40, Some(40));
+    fleet.assert_score(&a, 39, None);
+    fleet.assert_score(&a, 30, None);
+    // Request B shares A's first 20 blocks and adds 20; its window group keeps a masked
+    // tail (blocks 32..40 of B): fewer hashes than blocks, parent A's block 19 all the same.
+    let b = tokens(2, 40, 20, 1);
+    fleet.send(vec![
+        stored(0, &b, 20..40, all, None),
+        stored(1, &b, 20..40, |i| i >= 32, None),
+    ]);
+    fleet.assert_score(&b, 40, Some(40));
+    // 36 blocks: 32..36 is only four blocks of window, and no run from block 0.
+    fleet.assert_score(&b, 36, None);
+    // The full-attention group evicts B's block 38: the hit ends at 38, whose window
+    // (30..38) the window group no longer has either.
+    fleet.send(vec![removed(0, &b, 38..39)]);
+    fleet.assert_score(&b, 40, None);
+    // A is untouched by B's events.
+    fleet.assert_score(&a, 40, Some(40));
+}
+
+#[test]
+fn qwen3_next_like_full_attention_and_mamba_states_per_step() {
+    let model = ModelGroups::new(vec![
+        GroupSpec::new(GroupKind::FullAttention, BLOCK as u32),
+        GroupSpec::new(GroupKind::Mamba, BLOCK as u32),
+    ])
+    .unwrap();
+    let mut fleet = Fleet::new(model);
+    let a = tokens(1, 40, 0, 0);
+    // A prefills in three steps of 16, 16 and 8 blocks. Full attention caches every block;
+    // Mamba (prefix caching in "align" mode) the state after each step's last block only.
+    for step in [0..16, 16..32, 32..40] {
+        let last = step.end - 1;
+        fleet.send(vec![
+            stored(0, &a, step.clone(), |_| true, None),
+            stored(1, &a, step, move |i| i == last, Some(("mamba", None))),
+        ]);
+    }
+    fleet.assert_score(&a, 40, Some(40));
+    fleet.assert_score(&a, 35, Some(32));
+    fleet.assert_score(&a, 20, Some(16));
+    fleet.assert_score(&a, 10, None);
+    // The state after block 31 is evicted: 35 blocks fall back to the state after 15.
+    fleet.send(vec![removed(1, &a, 31..32)]);
+    fleet.assert_score(&a, 35, Some(16));
+    fleet.assert_score(&a, 40, Some(40));
+    // The engine clears its cache (prefix-cache reset): every group goes.
+    let cleared = Value::Array(vec![Value::from("AllBlocksCleared")]);
+    fleet.send(vec![cleared]);
+    fleet.assert_score(&a, 40, None);
+}
+
+#[test]
+fn unknown_groups_and_kinds_are_refused_and_counted_never_merged() {
+    let model = ModelGroups::new(vec![
+        GroupSpec::new(GroupKind::FullAttention, BLOCK as u32),
+        GroupSpec::new(GroupKind::SlidingWindow { window: 128 }, BLOCK as u32),
+    ])
+    .unwrap();
+    let mut fleet = Fleet::new(model);
+    let a = tokens(1, 20, 0, 0);
+    let all = |_| true;
+    let rejected = fleet.send(vec![
+        stored(0, &a, 0..20, all, None),
+        // A third group the model does not have.
+        stored(2, &a, 0..20, all, None),
+        // A kind without a reuse rule here.
+        stored(1, &a, 0..20, all, Some(("cross_attention", None))),
+        // A kind other than the configuration's.
+        stored(1, &a, 0..20, all, Some(("mamba", None))),
+        // A window other than the configuration's.
+        stored(1, &a, 0..20, all, Some(("sliding_window", Some(4096)))),
+    ]);
+    assert_eq!(rejected.len(), 4, "{rejected:?}");
+    assert!(rejected.iter().all(|e| matches!(e, MapError::Group { .. })));
+    for error in &rejected {
+        assert!(error.to_string().contains("event rejected"), "{error}");
+    }
+    // Only the full-attention group holds A: no window, no hit.
+    fleet.assert_score(&a, 20, None);
+}
