@@ -99,7 +99,8 @@ enum Command {
         /// conversation trace when it is there, else a synthetic one.
         #[arg(long)]
         trace: Option<PathBuf>,
-        /// Presets to run, comma separated (dynamo, shared-prefix, depth, trace, trace-paced, fleet).
+        /// Presets to run, comma separated (dynamo, shared-prefix, depth, trace, trace-paced, fleet;
+        /// and hybrid, a model of two KV-cache groups on our layouts, not run by default).
         #[arg(
             long,
             value_delimiter = ',',

@@ -10,6 +10,7 @@
 
 #[cfg(feature = "dynamo")]
 pub mod dynamo;
+mod hybrid;
 pub mod measure;
 pub mod order;
 mod output;
@@ -95,6 +96,10 @@ fn build_preset(
     }
 }
 
+/// The preset of models with several KV-cache groups: our layouts only (Dynamo's index has no
+/// groups), its own table (`hybrid.md`).
+const HYBRID: &str = "hybrid";
+
 /// Runs the comparison and writes its tables (and figures, with `out`).
 pub fn compare(
     cfg: &CompareConfig,
@@ -103,11 +108,23 @@ pub fn compare(
     engine: &EngineConfig,
 ) -> Result<(), String> {
     for name in &cfg.presets {
-        if !presets::NAMES.contains(&name.as_str()) {
+        if !presets::NAMES.contains(&name.as_str()) && name != HYBRID {
             return Err(format!(
-                "unknown preset {name:?}; known: {}",
+                "unknown preset {name:?}; known: {}, {HYBRID}",
                 presets::NAMES.join(", ")
             ));
+        }
+    }
+    if cfg.presets.iter().any(|p| p == HYBRID) {
+        let md = hybrid::run(trace, source, engine, cfg.rounds)?;
+        println!("{md}");
+        if let Some(dir) = &cfg.out {
+            std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+            let path = dir.join("hybrid.md");
+            std::fs::write(&path, &md).map_err(|e| format!("{}: {e}", path.display()))?;
+        }
+        if cfg.presets.iter().all(|p| p == HYBRID) {
+            return Ok(());
         }
     }
     #[cfg(feature = "dynamo")]

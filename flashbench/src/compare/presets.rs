@@ -457,7 +457,7 @@ pub fn depth() -> Preset {
     }
 }
 
-fn steps_of(ops: &[Op]) -> Vec<(u64, Step)> {
+pub(super) fn steps_of(ops: &[Op]) -> Vec<(u64, Step)> {
     ops.iter()
         .map(|op| {
             let step = match (op, op.event()) {
