@@ -10,6 +10,12 @@
 //! - it implements [`KvIndexerInterface`] directly, for code that holds one without a thread
 //!   pool: events are applied on the caller's thread.
 //!
+//! KV-cache groups: Dynamo 1.6's router delivers events without a group and drops those it knows
+//! to be of another kind than full attention, so this backend indexes a hybrid model's
+//! full-attention group as a model of one group, exactly as Dynamo's own indexes do: it
+//! over-counts where a sliding window or a Mamba state was evicted. Hybrid models are scored by
+//! their rules in `flash_indexer::hybrid`, outside Dynamo's interfaces.
+//!
 //! ```
 //! use dynamo_kv_router::indexer::{KvIndexerInterface, ThreadPoolIndexer};
 //! use dynamo_kv_router::protocols::{

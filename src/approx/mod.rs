@@ -23,6 +23,11 @@
 //! [`NaiveApproximateIndexer`] states the same semantics as plainly as possible; every layout
 //! is checked against it.
 //!
+//! Approximate mode has no KV-cache groups: a prediction is a chain of blocks, as a model with one
+//! full-attention group caches it. For a hybrid model (see [`hybrid`](crate::hybrid)) it predicts
+//! the full-attention group only, so it over-counts wherever a sliding window or a Mamba state
+//! has been evicted; no engine publishes what it evicts in approximate mode anyway.
+//!
 //! ```
 //! use core::time::Duration;
 //! use flash_indexer::{hash, ApproximateIndexer, KvIndex, Retention, Worker};
