@@ -177,3 +177,21 @@ fn a_clear_of_any_group_clears_the_worker_and_unknown_groups_are_refused() {
         assert!(index.find_matches(&locals).is_empty(), "{name}");
     }
 }
+
+#[test]
+fn committed_fuzz_corpus_agrees_with_the_reference() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus/hybrid");
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .expect("the committed corpus of the hybrid fuzz target")
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .collect();
+    files.sort();
+    assert!(!files.is_empty(), "the committed corpus is missing");
+    for file in &files {
+        let data = std::fs::read(file).expect("readable fuzz input");
+        if let Err(divergence) = run_hybrid_input(&data) {
+            panic!("{}: {divergence}", file.display());
+        }
+    }
+}
