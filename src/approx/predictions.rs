@@ -15,7 +15,7 @@ use crate::types::{Block, Event, LocalHash, SeqHash, Worker};
 use core::fmt;
 use core::time::Duration;
 use foldhash::fast::RandomState;
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::hash::BuildHasher;
 
 /// A routed request, as [`ApproximateIndexer::record_routing`](super::ApproximateIndexer::record_routing)
@@ -80,10 +80,20 @@ struct Predicted {
 #[derive(Debug, Default)]
 struct WorkerCache {
     blocks: HashMap<SeqHash, Predicted, RandomState>,
-    /// Unpinned blocks by tick: the front is evicted first.
-    lru: BTreeMap<u64, SeqHash>,
+    /// Unpinned blocks by tick, oldest first: the front is evicted first. Lazy: an entry is
+    /// current while its block still has that tick and no pins ([`current`]); a touch lists
+    /// the block again at the back instead of moving it, and stale entries are skipped, and
+    /// dropped once they outnumber the blocks.
+    lru: VecDeque<(u64, SeqHash)>,
     /// The running requests that pinned blocks here.
     running: HashSet<u64, RandomState>,
+}
+
+/// Whether a lazy order's entry `(tick, seq)` still stands for an unpinned block of `blocks`.
+fn current(blocks: &HashMap<SeqHash, Predicted, RandomState>, tick: u64, seq: SeqHash) -> bool {
+    blocks
+        .get(&seq)
+        .is_some_and(|b| b.tick == tick && b.pins == 0)
 }
 
 /// The chain a running request pinned.
@@ -108,74 +118,63 @@ pub(crate) struct Predictions {
     /// without a scan of every worker.
     ranks: HashMap<u64, Vec<u32>, RandomState>,
     /// Unpinned blocks of every worker by tick, when blocks expire with time (ticks and touch
-    /// times grow together, so the front expires first).
+    /// times grow together, so the front expires first). Lazy, as each worker's LRU order is.
     expiry: Expiry,
+    /// Predicted blocks over every worker: what bounds the stale entries of `expiry`.
+    predicted: usize,
     running: HashMap<u64, Running, RandomState>,
 }
 
-/// Unpinned blocks of every worker by tick, for expiry.
-type Expiry = BTreeMap<u64, (Worker, SeqHash)>;
+/// Unpinned blocks of every worker by tick, for expiry (lazy).
+type Expiry = VecDeque<(u64, Worker, SeqHash)>;
+
+/// Drops the stale entries of a lazy order once it holds more than twice `live` (plus a
+/// little): each compaction follows as many pushes as it keeps entries, so its cost is spread
+/// over them.
+fn compact<T>(order: &mut VecDeque<T>, live: usize, mut current: impl FnMut(&T) -> bool) {
+    if order.len() > 2 * live + 64 {
+        order.retain(|entry| current(entry));
+        if let Some(to) = crate::room::shrunk(order.len(), order.capacity()) {
+            order.shrink_to(to);
+        }
+    }
+}
 
 impl WorkerCache {
-    /// Lists an unpinned block in the eviction order (and the expiry order, if kept).
-    fn list(&mut self, expiry: Option<&mut Expiry>, worker: Worker, seq: SeqHash, tick: u64) {
-        self.lru.insert(tick, seq);
-        if let Some(expiry) = expiry {
-            expiry.insert(tick, (worker, seq));
-        }
-    }
-
-    fn unlist(&mut self, expiry: Option<&mut Expiry>, tick: u64) {
-        self.lru.remove(&tick);
-        if let Some(expiry) = expiry {
-            expiry.remove(&tick);
-        }
-    }
-
-    /// Adds `seq` with `pins` pins, touched at `at`.
-    fn insert(
-        &mut self,
-        expiry: Option<&mut Expiry>,
-        worker: Worker,
-        seq: SeqHash,
-        tick: u64,
-        at: Duration,
-        pins: u32,
-    ) {
+    /// Adds `seq` with `pins` pins, touched at `at`; `true` if it is to be listed (unpinned).
+    fn insert(&mut self, seq: SeqHash, tick: u64, at: Duration, pins: u32) -> bool {
         self.blocks.insert(seq, Predicted { tick, at, pins });
-        if pins == 0 {
-            self.list(expiry, worker, seq, tick);
-        }
+        pins == 0
     }
 
-    /// Gives `seq` a new tick and touch time and its pins as `pins` says, keeping the orders
-    /// (which list unpinned blocks only) in step. `false` if the worker does not hold it.
+    /// Gives `seq` a new tick and touch time and its pins as `pins` says; `None` if the worker
+    /// does not hold it, else whether it is to be listed (unpinned). Its old entries in the
+    /// orders go stale by themselves.
     fn touch(
         &mut self,
-        mut expiry: Option<&mut Expiry>,
-        worker: Worker,
         seq: SeqHash,
         tick: u64,
         at: Duration,
         pins: impl FnOnce(u32) -> u32,
-    ) -> bool {
-        let Some(block) = self.blocks.get(&seq) else {
-            return false;
-        };
-        let (old_tick, old_pins) = (block.tick, block.pins);
-        if old_pins == 0 {
-            self.unlist(expiry.as_deref_mut(), old_tick);
-        }
-        let block = self.blocks.get_mut(&seq).expect("just found");
+    ) -> Option<bool> {
+        let block = self.blocks.get_mut(&seq)?;
         *block = Predicted {
             tick,
             at,
-            pins: pins(old_pins),
+            pins: pins(block.pins),
         };
-        if block.pins == 0 {
-            self.list(expiry, worker, seq, tick);
+        Some(block.pins == 0)
+    }
+
+    /// The least recently touched unpinned block, stale entries dropped on the way.
+    fn oldest(&mut self) -> Option<(u64, SeqHash)> {
+        while let Some(&(tick, seq)) = self.lru.front() {
+            if current(&self.blocks, tick, seq) {
+                return Some((tick, seq));
+            }
+            self.lru.pop_front();
         }
-        true
+        None
     }
 }
 
@@ -190,7 +189,8 @@ impl Predictions {
             workers: HashMap::default(),
             exact: HashSet::default(),
             ranks: HashMap::default(),
-            expiry: BTreeMap::new(),
+            expiry: VecDeque::new(),
+            predicted: 0,
             running: HashMap::default(),
         }
     }
@@ -221,24 +221,50 @@ impl Predictions {
         };
         // Expired blocks by worker, each worker's in expiry order (its leaves first).
         let mut removed: HashMap<Worker, Vec<SeqHash>, RandomState> = HashMap::default();
-        while let Some((&tick, &(worker, seq))) = self.expiry.first_key_value() {
-            let cache = self
+        while let Some(&(tick, worker, seq)) = self.expiry.front() {
+            let Some(cache) = self
                 .workers
                 .get_mut(&worker)
-                .expect("an expiring block's worker is predicted");
-            let at = cache.blocks[&seq].at;
-            if at.saturating_add(ttl) > self.now {
+                .filter(|c| current(&c.blocks, tick, seq))
+            else {
+                self.expiry.pop_front();
+                continue;
+            };
+            if cache.blocks[&seq].at.saturating_add(ttl) > self.now {
                 break;
             }
-            self.expiry.pop_first();
-            cache.lru.remove(&tick);
+            self.expiry.pop_front();
             cache.blocks.remove(&seq);
+            self.predicted -= 1;
             removed.entry(worker).or_default().push(seq);
         }
         for (worker, seqs) in removed {
             self.drop_if_empty(worker);
             out.push(Event::removed(worker, 0, seqs));
         }
+    }
+
+    /// Lists `listed` (this call's unpinned blocks of `worker`, newest first) at the back of
+    /// the lazy orders, oldest first, and drops stale entries where they pile up.
+    fn list(&mut self, worker: Worker, listed: &[(u64, SeqHash)]) {
+        let keep_expiry = self.retention.ttl_limit().is_some();
+        let Some(cache) = self.workers.get_mut(&worker) else {
+            return;
+        };
+        for &(tick, seq) in listed.iter().rev() {
+            cache.lru.push_back((tick, seq));
+            if keep_expiry {
+                self.expiry.push_back((tick, worker, seq));
+            }
+        }
+        let blocks = &cache.blocks;
+        compact(&mut cache.lru, blocks.len(), |&(t, s)| {
+            current(blocks, t, s)
+        });
+        let workers = &self.workers;
+        compact(&mut self.expiry, self.predicted, |&(t, w, s)| {
+            workers.get(&w).is_some_and(|c| current(&c.blocks, t, s))
+        });
     }
 
     /// Forgets `worker`'s cache once it predicts nothing and pins nothing, so that workers that
@@ -293,25 +319,26 @@ impl Predictions {
             self.retention.capacity_blocks(),
             self.now,
         );
-        let mut expiry = self.retention.ttl_limit().map(|_| &mut self.expiry);
         let ranks = &mut self.ranks;
         let cache = self.workers.entry(worker).or_insert_with(|| {
             register(ranks, worker);
             WorkerCache::default()
         });
 
+        // This call's unpinned blocks, to list once it is done (newest first, as ticks go).
+        let mut listed = Vec::new();
         let mut held = 0;
-        while held < n
-            && cache.touch(
-                expiry.as_deref_mut(),
-                worker,
-                seqs[held],
-                tick_of(held),
-                now,
-                |p| p + u32::from(pin),
-            )
-        {
-            held += 1;
+        while held < n {
+            let tick = tick_of(held);
+            match cache.touch(seqs[held], tick, now, |p| p + u32::from(pin)) {
+                Some(unpinned) => {
+                    if unpinned {
+                        listed.push((tick, seqs[held]));
+                    }
+                    held += 1;
+                }
+                None => break,
+            }
         }
 
         let first_new = held;
@@ -319,26 +346,24 @@ impl Predictions {
         while held < n {
             if cache.blocks.len() >= capacity {
                 // Only blocks older than this request are victims: it never evicts itself.
-                match cache.lru.first_key_value() {
-                    Some((&tick, &victim)) if tick < base => {
-                        cache.unlist(expiry.as_deref_mut(), tick);
+                match cache.oldest() {
+                    Some((tick, victim)) if tick < base => {
+                        cache.lru.pop_front();
                         cache.blocks.remove(&victim);
+                        self.predicted -= 1;
                         evicted.push(victim);
                     }
                     _ => break,
                 }
             }
-            let pins = u32::from(pin);
-            cache.insert(
-                expiry.as_deref_mut(),
-                worker,
-                seqs[held],
-                tick_of(held),
-                now,
-                pins,
-            );
+            let tick = tick_of(held);
+            if cache.insert(seqs[held], tick, now, u32::from(pin)) {
+                listed.push((tick, seqs[held]));
+            }
+            self.predicted += 1;
             held += 1;
         }
+        self.list(worker, &listed);
 
         if !evicted.is_empty() {
             out.push(Event::removed(worker, 0, evicted));
@@ -350,7 +375,10 @@ impl Predictions {
                 .collect();
             out.push(Event::stored(worker, 0, parent, blocks));
         }
-        if pin && held > 0 {
+        if pin
+            && held > 0
+            && let Some(cache) = self.workers.get_mut(&worker)
+        {
             cache.running.insert(routed.id);
             let mut seqs = seqs;
             seqs.truncate(held);
@@ -377,17 +405,18 @@ impl Predictions {
         let n = run.seqs.len();
         let base = self.take_ticks(n);
         let now = self.now;
-        let mut expiry = self.retention.ttl_limit().map(|_| &mut self.expiry);
         let Some(cache) = self.workers.get_mut(&run.worker) else {
             return Ok(());
         };
         cache.running.remove(&id);
-        for (i, seq) in run.seqs.iter().enumerate() {
+        let mut listed = Vec::new();
+        for (i, &seq) in run.seqs.iter().enumerate() {
             let tick = base + (n - 1 - i) as u64;
-            cache.touch(expiry.as_deref_mut(), run.worker, *seq, tick, now, |p| {
-                p.saturating_sub(1)
-            });
+            if cache.touch(seq, tick, now, |p| p.saturating_sub(1)) == Some(true) {
+                listed.push((tick, seq));
+            }
         }
+        self.list(run.worker, &listed);
         self.drop_if_empty(run.worker);
         Ok(())
     }
@@ -428,11 +457,8 @@ impl Predictions {
             return false;
         };
         shrink(&mut self.workers);
-        if let Some(expiry) = self.retention.ttl_limit().map(|_| &mut self.expiry) {
-            for tick in cache.lru.keys() {
-                expiry.remove(tick);
-            }
-        }
+        // Its entries in the expiry order go stale by themselves (ticks are never reused).
+        self.predicted -= cache.blocks.len();
         for id in &cache.running {
             self.running.remove(id);
         }
