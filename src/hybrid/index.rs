@@ -226,32 +226,23 @@ impl<I: KvIndex> HybridIndex for HybridIndexer<I> {
         }
         let deepest = scores.iter().map(|(_, d)| d as usize).max().unwrap_or(0);
         // The query's paths up to the deepest worker, rolled as the writers rolled theirs.
-        let mut canons = Vec::with_capacity(deepest);
-        let mut at = self.canon.parent_of(None);
-        for &local in &query[..deepest.min(query.len())] {
-            at = self.canon.step(at, local);
-            canons.push(at);
-        }
+        let mut paths = Vec::with_capacity(deepest);
+        let rolled = query[..deepest.min(query.len())].iter().copied();
+        self.canon.children(None, rolled, &mut paths);
         let members = self.members.pin();
         // Each (group, position)'s holders, looked up the first time a worker needs them.
         let groups = self.model.len();
-        let mut looked: Vec<Option<Option<&Holders>>> = vec![None; groups * canons.len()];
+        let mut looked: Vec<Option<Option<&Holders>>> = vec![None; groups * paths.len()];
         let mut out = OverlapScores::with_capacity(scores.len());
         for (worker, depth) in scores.iter() {
             let mut held = |group: u32, i: usize| {
                 // The rules ask only below the worker's depth, which the paths cover.
-                let (Some(&canon), Some(slot)) =
-                    (canons.get(i), looked.get_mut(i * groups + group as usize))
+                let (Some(&path), Some(slot)) =
+                    (paths.get(i), looked.get_mut(i * groups + group as usize))
                 else {
                     return false;
                 };
-                let holders = *slot.get_or_insert_with(|| {
-                    let path = Key {
-                        pos: i as u32,
-                        canon,
-                    };
-                    members.get(&PathKey { group, path })
-                });
+                let holders = *slot.get_or_insert_with(|| members.get(&PathKey { group, path }));
                 holders.is_some_and(|h| h.binary_search_by_key(&worker, |&(w, _)| w).is_ok())
             };
             let hit = longest_hit(&self.model, query.len(), depth as usize, &mut held);
