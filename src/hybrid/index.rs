@@ -1,9 +1,9 @@
 //! [`HybridIndexer`]: any layout for the chain group, and the other groups' blocks by path, so
-//! that a query is one walk of the layout plus a lookup per position the rules ask about.
+//! that a query is one walk of the layout plus a lookup per worker depth.
 
 use super::model::ModelGroups;
-use super::rules::longest_hit;
-use super::table::{Delta, Table};
+use super::rules::{Holdings, longest_hit};
+use super::table::{Changes, Runs, Table};
 use super::{HybridIndex, check_group};
 use crate::error::EventError;
 use crate::index::KvIndex;
@@ -15,15 +15,20 @@ use foldhash::fast::RandomState;
 use std::collections::HashMap;
 use std::hash::BuildHasher;
 
-/// One group's path: the key of the map queries read.
+/// The key of the map queries read: a group's path (how many of each worker's blocks the group
+/// holds there), or with [`ANSWER`] set a spec's (each worker's answer to the spec's run rule
+/// for a hit ending there).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 struct PathKey {
     group: u32,
     path: Key,
 }
 
-/// The workers whose group holds a path, sorted, each with how many of its blocks do (salted
-/// twins share a path). Replaced whole on every change, so readers never see one half-made.
+/// The bit of [`PathKey::group`] that makes it a spec's answers (groups and specs are < 32).
+const ANSWER: u32 = 1 << 31;
+
+/// Per key, the workers sorted, each with its number (salted twins share a path, so a count).
+/// Replaced whole on every change, so readers never see one half-made.
 type Holders = Box<[(Worker, u32)]>;
 
 /// Shards of the writers' tables; all ranks of one worker id share a shard.
@@ -37,11 +42,11 @@ const STRIPES: usize = 256;
 /// [`KvIndex`] stores a model's only group, and its walk gives each worker's full-attention
 /// depth. Every other group's blocks are kept as the paths they end (position, and the layouts'
 /// canonical hash of the locals up to them, keyed by this index's own secret) in one
-/// concurrent map from path to the workers that hold it. A query rolls its own paths once, and
-/// the rules of [the contract](crate::docs::contract#groups) ask the map about a position only
-/// when a worker needs it, once per position whatever the number of workers: a sliding window a
-/// few blocks below each depth, a Mamba group down to its last state. A model with one group is
-/// the layout alone.
+/// concurrent map from path to the workers that hold it. The sliding-window and Mamba rules,
+/// which scan down from a hit's end, are kept answered: the writers keep each path's answer
+/// (for a hit ending there) in the same map, so a query reads one answer per distinct worker
+/// depth, whatever the number of workers. The other rules ask the map about a position when a
+/// worker needs it, once per position. A model with one group is the layout alone.
 ///
 /// Writers of one worker serialize on its shard's lock (the table of paths must follow the
 /// layout's events in order); queries take no lock: the layout and the map are both read
@@ -71,6 +76,7 @@ const STRIPES: usize = 256;
 pub struct HybridIndexer<I> {
     model: ModelGroups,
     chain: I,
+    runs: Runs,
     tables: Box<[Mutex<HashMap<Worker, Table, RandomState>>]>,
     members: papaya::HashMap<PathKey, Holders, RandomState>,
     stripes: Box<[Mutex<()>]>,
@@ -89,6 +95,7 @@ impl<I: KvIndex> HybridIndexer<I> {
     /// An empty index for `model`'s groups over `chain`, an empty layout.
     pub fn with_layout(model: ModelGroups, chain: I) -> Self {
         HybridIndexer {
+            runs: Runs::new(&model),
             model,
             chain,
             tables: (0..SHARDS).map(|_| Mutex::default()).collect(),
@@ -101,7 +108,7 @@ impl<I: KvIndex> HybridIndexer<I> {
         }
     }
 
-    /// Worker tables and group paths held: both 0 once every worker is removed.
+    /// Worker tables, and group paths held or answered: both 0 once every worker is removed.
     #[cfg(feature = "arbitrary")]
     pub(crate) fn residue(&self) -> (usize, usize) {
         let tables = self.tables.iter().map(|t| lock(t).len()).sum();
@@ -118,40 +125,56 @@ impl<I: KvIndex> HybridIndexer<I> {
         lock(&self.tables[at])
     }
 
-    fn commit(&self, worker: Worker, deltas: &[Delta]) {
+    /// Publishes one event's changes of `worker`'s table.
+    fn commit(&self, worker: Worker, changes: &Changes) {
         let members = self.members.pin();
-        for &(group, path, change) in deltas {
-            let key = PathKey { group, path };
-            // Writers of other workers may change the same path: one at a time per stripe.
-            let _stripe = lock(&self.stripes[self.shard_of.hash_one(key) as usize % STRIPES]);
-            let mut holders = members.get(&key).map_or_else(Vec::new, |h| h.to_vec());
-            match holders.binary_search_by_key(&worker, |&(w, _)| w) {
-                Ok(at) => {
-                    let count = holders[at].1.saturating_add_signed(change);
-                    if count == 0 {
-                        holders.remove(at);
-                    } else {
-                        holders[at].1 = count;
-                    }
-                }
-                Err(at) if change > 0 => holders.insert(at, (worker, change.unsigned_abs())),
-                Err(_) => continue,
-            }
-            if holders.is_empty() {
-                members.remove(&key);
-            } else {
-                members.insert(key, holders.into_boxed_slice());
-            }
+        for &(group, path, change) in &changes.held {
+            self.update(&members, PathKey { group, path }, worker, |count| {
+                count.saturating_add_signed(change)
+            });
+        }
+        for &(spec, path, answer) in &changes.answers {
+            let key = PathKey {
+                group: ANSWER | spec,
+                path,
+            };
+            self.update(&members, key, worker, |_| answer);
         }
     }
 
-    /// Drops every block of `worker` from the map (the layout is the caller's).
+    /// Sets `worker`'s number at `key` to `f` of its old one (0 when absent; 0 removes it).
+    fn update(
+        &self,
+        map: &papaya::HashMapRef<'_, PathKey, Holders, RandomState, impl papaya::Guard>,
+        key: PathKey,
+        worker: Worker,
+        f: impl FnOnce(u32) -> u32,
+    ) {
+        // Writers of other workers may change the same path: one at a time per stripe.
+        let _stripe = lock(&self.stripes[self.shard_of.hash_one(key) as usize % STRIPES]);
+        let mut holders = map.get(&key).map_or_else(Vec::new, |h| h.to_vec());
+        match holders.binary_search_by_key(&worker, |&(w, _)| w) {
+            Ok(at) => match f(holders[at].1) {
+                0 => {
+                    holders.remove(at);
+                }
+                n => holders[at].1 = n,
+            },
+            Err(at) => match f(0) {
+                0 => return,
+                n => holders.insert(at, (worker, n)),
+            },
+        }
+        if holders.is_empty() {
+            map.remove(&key);
+        } else {
+            map.insert(key, holders.into_boxed_slice());
+        }
+    }
+
+    /// Drops every block of `worker` from the maps (the layout is the caller's).
     fn forget(&self, worker: Worker, table: Table) {
-        let gone: Vec<Delta> = table
-            .held_pairs()
-            .map(|(group, path)| (group, path, -1))
-            .collect();
-        self.commit(worker, &gone);
+        self.commit(worker, &table.retraction(&self.runs));
     }
 }
 
@@ -184,23 +207,24 @@ impl<I: KvIndex> HybridIndex for HybridIndexer<I> {
             return result;
         }
         let table = tables.entry(worker).or_default();
-        let mut deltas = Vec::new();
+        let runs = &self.runs;
+        let mut changes = Changes::default();
         let mut missing = Vec::new();
         match &event.kind {
             EventKind::Stored { parent, blocks } if chain => {
-                table.store_chain(&self.canon, *parent, blocks, &mut deltas)
+                table.store_chain(&self.canon, runs, *parent, blocks, &mut changes)
             }
             EventKind::Stored { blocks, .. } => {
                 for block in blocks {
-                    table.store_other(group, block.seq, &mut deltas);
+                    table.store_other(runs, group, block.seq, &mut changes);
                 }
             }
             EventKind::Removed { blocks } => {
                 for &seq in blocks {
                     let removed = if chain {
-                        table.remove_chain(&self.canon, seq, &mut deltas)
+                        table.remove_chain(&self.canon, runs, seq, &mut changes)
                     } else {
-                        table.remove_other(group, seq, &mut deltas)
+                        table.remove_other(runs, group, seq, &mut changes)
                     };
                     if !removed {
                         missing.push(seq);
@@ -209,10 +233,11 @@ impl<I: KvIndex> HybridIndex for HybridIndexer<I> {
             }
             EventKind::Cleared => {}
         }
+        table.settle(runs, &mut changes);
         if table.is_empty() {
             tables.remove(&worker);
         }
-        self.commit(worker, &deltas);
+        self.commit(worker, &changes);
         match result {
             Ok(()) if !chain && !missing.is_empty() => Err(EventError::UnknownBlocks { missing }),
             other => other,
@@ -224,28 +249,41 @@ impl<I: KvIndex> HybridIndex for HybridIndexer<I> {
         if !self.model.is_hybrid() || scores.is_empty() {
             return scores;
         }
-        let deepest = scores.iter().map(|(_, d)| d as usize).max().unwrap_or(0);
-        // The query's paths up to the deepest worker, rolled as the writers rolled theirs.
-        let mut paths = Vec::with_capacity(deepest);
-        let rolled = query[..deepest.min(query.len())].iter().copied();
-        self.canon.children(None, rolled, &mut paths);
         let members = self.members.pin();
-        // Each (group, position)'s holders, looked up the first time a worker needs them.
-        let groups = self.model.len();
-        let mut looked: Vec<Option<Option<&Holders>>> = vec![None; groups * paths.len()];
+        let deepest = scores.iter().map(|(_, d)| d as usize).max().unwrap_or(0);
+        let mut view = QueryView {
+            paths: Paths::new(&self.canon, &query[..deepest.min(query.len())]),
+            groups: self.model.len(),
+            runs: &self.runs,
+            members: &members,
+            looked: Vec::new(),
+        };
         let mut out = OverlapScores::with_capacity(scores.len());
-        for (worker, depth) in scores.iter() {
-            let mut held = |group: u32, i: usize| {
-                // The rules ask only below the worker's depth, which the paths cover.
-                let (Some(&path), Some(slot)) =
-                    (paths.get(i), looked.get_mut(i * groups + group as usize))
-                else {
-                    return false;
+        if let Some(spec) = self.runs.simple() {
+            // Full attention and one run spec: a worker's hit is the run rule's answer at its
+            // full-attention depth, one lookup per distinct depth.
+            let mut last: Option<(u32, Option<&Holders>)> = None;
+            for (worker, depth) in scores.iter() {
+                let holders = match last {
+                    Some((d, holders)) if d == depth => holders,
+                    _ => {
+                        let holders = view.answers_at(spec, depth as usize);
+                        last = Some((depth, holders));
+                        holders
+                    }
                 };
-                let holders = *slot.get_or_insert_with(|| members.get(&PathKey { group, path }));
-                holders.is_some_and(|h| h.binary_search_by_key(&worker, |&(w, _)| w).is_ok())
+                if let Some(hit) = number_of(holders, worker) {
+                    out.push(worker, hit);
+                }
+            }
+            return out;
+        }
+        for (worker, depth) in scores.iter() {
+            let mut holdings = WorkerView {
+                view: &mut view,
+                worker,
             };
-            let hit = longest_hit(&self.model, query.len(), depth as usize, &mut held);
+            let hit = longest_hit(&self.model, query.len(), depth as usize, &mut holdings);
             if hit > 0 {
                 out.push(worker, hit as u32);
             }
@@ -279,5 +317,102 @@ impl<I: KvIndex> HybridIndex for HybridIndexer<I> {
         self.shard(worker.id)
             .get(&worker)
             .map_or(0, |table| table.count_other(group))
+    }
+}
+
+type MapRef<'a> = papaya::HashMapRef<'a, PathKey, Holders, RandomState, papaya::LocalGuard<'a>>;
+
+/// A query's paths, rolled on demand: the rules ask about a few positions, mostly near the
+/// workers' depths.
+struct Paths<'a> {
+    canon: &'a Canon,
+    query: &'a [LocalHash],
+    /// Paths computed so far, by position.
+    known: Vec<Key>,
+}
+
+impl<'a> Paths<'a> {
+    fn new(canon: &'a Canon, query: &'a [LocalHash]) -> Self {
+        Paths {
+            canon,
+            query,
+            known: Vec::new(),
+        }
+    }
+
+    /// The path of the query's block `i`; `None` past the query.
+    fn at(&mut self, i: usize) -> Option<Key> {
+        if i >= self.query.len() {
+            return None;
+        }
+        let below = self.known.partition_point(|k| (k.pos as usize) <= i);
+        let from = below.checked_sub(1).map(|b| self.known[b]);
+        if let Some(key) = from.filter(|k| k.pos as usize == i) {
+            return Some(key);
+        }
+        let start = from.map_or(0, |k| k.pos as usize + 1);
+        let key = Key {
+            pos: i as u32,
+            canon: self
+                .canon
+                .extend(self.canon.parent_of(from), &self.query[start..=i]),
+        };
+        self.known.insert(below, key);
+        Some(key)
+    }
+}
+
+/// One query's reads of the map, each key looked up once whatever the number of workers.
+struct QueryView<'a> {
+    paths: Paths<'a>,
+    groups: usize,
+    runs: &'a Runs,
+    members: &'a MapRef<'a>,
+    /// Per (position, group), its holders once looked up (allocated on the first lookup).
+    looked: Vec<Option<Option<&'a Holders>>>,
+}
+
+impl<'a> QueryView<'a> {
+    /// Every worker's answer to spec `spec`'s run rule for a hit of `max_blocks` (kept at the
+    /// path of its last block; workers without one answer 0).
+    fn answers_at(&mut self, spec: usize, max_blocks: usize) -> Option<&'a Holders> {
+        let path = self.paths.at(max_blocks.checked_sub(1)?)?;
+        let group = ANSWER | spec as u32;
+        self.members.get(&PathKey { group, path })
+    }
+}
+
+/// The rules' questions about one worker, answered from a [`QueryView`].
+struct WorkerView<'v, 'a> {
+    view: &'v mut QueryView<'a>,
+    worker: Worker,
+}
+
+fn number_of(holders: Option<&Holders>, worker: Worker) -> Option<u32> {
+    let holders = holders?;
+    let at = holders.binary_search_by_key(&worker, |&(w, _)| w).ok()?;
+    Some(holders[at].1)
+}
+
+impl Holdings for WorkerView<'_, '_> {
+    fn held(&mut self, group: u32, i: usize) -> bool {
+        let view = &mut *self.view;
+        let Some(path) = view.paths.at(i) else {
+            return false;
+        };
+        if view.looked.is_empty() {
+            view.looked = vec![None; view.groups * view.paths.query.len()];
+        }
+        let slot = &mut view.looked[i * view.groups + group as usize];
+        let holders = *slot.get_or_insert_with(|| view.members.get(&PathKey { group, path }));
+        number_of(holders, self.worker).is_some()
+    }
+
+    fn run_answer(&mut self, spec: usize, max_blocks: usize) -> Option<usize> {
+        if !self.view.runs.keeps(spec) {
+            return None;
+        }
+        let holders = self.view.answers_at(spec, max_blocks);
+        Some(number_of(holders, self.worker).unwrap_or(0) as usize)
     }
 }

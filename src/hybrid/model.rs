@@ -171,6 +171,18 @@ pub(crate) struct Spec {
     pub(crate) members: Vec<u32>,
 }
 
+impl Spec {
+    /// For kinds whose hit ends at the last run of this many held blocks (a sliding window:
+    /// `cdiv(window - 1, block_size)`, at least one; Mamba: its state), that run's length.
+    pub(crate) fn run_blocks(&self, block_size: u32) -> Option<u32> {
+        match self.kind {
+            GroupKind::SlidingWindow { window } => Some((window - 1).div_ceil(block_size).max(1)),
+            GroupKind::Mamba => Some(1),
+            GroupKind::FullAttention | GroupKind::ChunkedLocal { .. } => None,
+        }
+    }
+}
+
 impl ModelGroups {
     /// The most groups a model may have (vLLM models have two to four).
     pub const MAX_GROUPS: usize = 32;

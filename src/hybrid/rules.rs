@@ -10,14 +10,34 @@
 
 use super::model::{GroupKind, ModelGroups};
 
+/// What the rules ask about one worker's groups on one query.
+pub(crate) trait Holdings {
+    /// Whether `group` (not the chain group) holds the query's block `i`.
+    fn held(&mut self, group: u32, i: usize) -> bool;
+
+    /// The rule of spec `spec` (an index into [`ModelGroups::specs`], a kind with
+    /// [`run_blocks`](super::model::Spec::run_blocks)) for the first `max_blocks` blocks, if
+    /// the holder keeps that answer whole; `None` asks the rule to look block by block.
+    fn run_answer(&mut self, spec: usize, max_blocks: usize) -> Option<usize> {
+        let _ = (spec, max_blocks);
+        None
+    }
+}
+
+impl<F: FnMut(u32, usize) -> bool> Holdings for F {
+    fn held(&mut self, group: u32, i: usize) -> bool {
+        self(group, i)
+    }
+}
+
 /// The longest prefix, in blocks, of a query of `query_blocks` blocks that every group can
-/// supply. `held(group, i)` says whether `group` holds the query's block `i`; the chain group
-/// holds exactly the first `chain_depth` (the caller's walk found them), so it is not asked.
+/// supply. `holdings` says which of the query's blocks each group holds; the chain group holds
+/// exactly the first `chain_depth` (the caller's walk found them), so it is not asked.
 pub(crate) fn longest_hit(
     model: &ModelGroups,
     query_blocks: usize,
     chain_depth: usize,
-    held: &mut dyn FnMut(u32, usize) -> bool,
+    holdings: &mut dyn Holdings,
 ) -> usize {
     let block_size = model.block_size() as usize;
     let chain = model.chain_group();
@@ -29,13 +49,17 @@ pub(crate) fn longest_hit(
     let mut full_hit: Option<usize> = None;
     loop {
         let mut curr_hit_length = hit_length;
-        for spec in specs {
+        for (at, spec) in specs.iter().enumerate() {
+            if let Some(answer) = holdings.run_answer(at, curr_hit_length) {
+                curr_hit_length = answer;
+                continue;
+            }
             let mut all_hold = |i: usize| {
                 spec.members.iter().all(|&g| {
                     if g == chain {
                         i < chain_depth
                     } else {
-                        held(g, i)
+                        holdings.held(g, i)
                     }
                 })
             };
