@@ -5,9 +5,9 @@
 //! The trace runs through the mock engines; the window group caches what the full-attention
 //! group caches and evicts, as vLLM's sliding-window manager does, every block of a store but
 //! the window's tail at once (`remove_skipped_blocks` frees them, and a busy pool evicts them
-//! first). Each subject replays the same steps on a fresh index, applying events on the calling
-//! thread and timing each query inline; every answer is checked against the reference of its
-//! model. Interleaved rounds, medians.
+//! first). Each subject replays the same steps on a fresh index, applying events on a writer
+//! thread and timing each query on the calling thread once the events before it are in; every
+//! answer is checked against the reference of its model. Interleaved rounds, medians.
 
 use super::presets::Step;
 use crate::engine::{self, EngineConfig};
@@ -93,28 +93,55 @@ fn steps(
 
 type Scores = Vec<(Worker, u32)>;
 
-/// Each query's answer from `index`, and each query's nanoseconds (`timed`).
+/// Each query's answer from `index`, and each query's nanoseconds (`timed`). Events are
+/// applied on a writer thread, as a router's event loop applies them, and each query runs on
+/// the calling thread once every event before it is in (the writer waits for the answer), so
+/// the answers are the reference's and the query's caches hold what a query thread's would.
 fn replay(index: &dyn HybridIndex, steps: &[HybridStep], timed: bool) -> (Vec<Scores>, Vec<u64>) {
+    use std::sync::atomic::{AtomicUsize, Ordering};
     let groups = index.model().len() as u32;
-    let mut answers = Vec::new();
-    let mut ns = Vec::new();
-    for step in steps {
-        match step {
-            HybridStep::Event(group, event) if *group < groups => {
-                let _ = index.apply(*group, event);
-            }
-            HybridStep::Event(..) => {}
-            HybridStep::Query(query) => {
-                let query = query.clone();
-                let t0 = Instant::now();
-                let scores = index.find_matches(&query);
-                if timed {
-                    ns.push(t0.elapsed().as_nanos() as u64);
+    let queries: Vec<&Vec<LocalHash>> = steps
+        .iter()
+        .filter_map(|s| match s {
+            HybridStep::Query(q) => Some(q),
+            HybridStep::Event(..) => None,
+        })
+        .collect();
+    // Queries the writer has reached (every event before them applied), and queries answered.
+    let (reached, answered) = (AtomicUsize::new(0), AtomicUsize::new(0));
+    let mut answers = Vec::with_capacity(queries.len());
+    let mut ns = Vec::with_capacity(queries.len());
+    std::thread::scope(|scope| {
+        scope.spawn(|| {
+            for step in steps {
+                match step {
+                    HybridStep::Event(group, event) if *group < groups => {
+                        let _ = index.apply(*group, event);
+                    }
+                    HybridStep::Event(..) => {}
+                    HybridStep::Query(_) => {
+                        let at = reached.fetch_add(1, Ordering::Release) + 1;
+                        while answered.load(Ordering::Acquire) < at {
+                            std::hint::spin_loop();
+                        }
+                    }
                 }
-                answers.push(scores.to_sorted_vec());
             }
+        });
+        for (at, query) in queries.iter().enumerate() {
+            while reached.load(Ordering::Acquire) <= at {
+                std::hint::spin_loop();
+            }
+            let query = (*query).clone();
+            let t0 = Instant::now();
+            let scores = index.find_matches(&query);
+            if timed {
+                ns.push(t0.elapsed().as_nanos() as u64);
+            }
+            answers.push(scores.to_sorted_vec());
+            answered.store(at + 1, Ordering::Release);
         }
-    }
+    });
     (answers, ns)
 }
 
@@ -196,7 +223,7 @@ pub fn run(
     let _ = writeln!(
         md,
         "## hybrid\n\n{source} through the mock engines ({} workers x {} blocks, block size {bs}), \
-         {queries} queries timed inline. Model: full attention, or full attention and a sliding \
+         {queries} queries, each timed on the query thread once a writer thread has applied the events before it. Model: full attention, or full attention and a sliding \
          window of {WINDOW} tokens ({window_blocks} blocks), the window group evicting every \
          block of a store but its last {window_blocks} at once. Medians of {rounds} rounds; \
          every answer equal to its model's reference.\n",
