@@ -134,13 +134,9 @@ impl Canon {
     /// The keys of a chain of blocks with local hashes `locals` under a parent at `parent`
     /// (`None`: a root), in order, appended to `out`: [`Canon::step`] block by block, but with
     /// one dependent product per four blocks. (The write side asks
-    /// [`RunKeys`](super::run_keys::RunKeys) for the few keys it needs instead; the hybrid
-    /// index's queries take them all.)
+    /// [`RunKeys`](super::run_keys::RunKeys) for the few keys it needs instead.)
     #[inline]
-    #[cfg_attr(
-        not(any(test, feature = "testing", feature = "hybrid")),
-        allow(dead_code)
-    )]
+    #[cfg_attr(not(any(test, feature = "testing")), allow(dead_code))]
     pub(crate) fn children(
         &self,
         parent: Option<Key>,
