@@ -9,6 +9,8 @@
 //!   drive, so this policy's run is paced on the wall clock at `speed` times trace time and its
 //!   TTL is 120 s of trace time divided by `speed`. Dynamo rounds expiries up to 100 ms buckets:
 //!   at the default speed of 200 that is up to 20 s of trace time more than 120 s.
+//! - `dynamo/kv-approx-unpaced`: the same indexer with a TTL of a day, so nothing expires during
+//!   a run and nothing needs pacing: its decisions as fast as it takes them, to set beside ours.
 
 use super::PolicyFactory;
 use super::policy::{Loads, Policy, Request, least_cost};
@@ -88,12 +90,16 @@ struct ApproxTtl {
     rt: Runtime,
     block_size: u32,
     overlap_weight: f64,
-    speed: f64,
+    /// Trace time per wall-clock time, or `None` for the unpaced variant.
+    speed: Option<f64>,
 }
 
 impl Policy for ApproxTtl {
     fn name(&self) -> String {
-        "dynamo/kv-approx-ttl".into()
+        match self.speed {
+            Some(_) => "dynamo/kv-approx-ttl".into(),
+            None => "dynamo/kv-approx-unpaced".into(),
+        }
     }
     fn choose(&mut self, request: &Request<'_>, loads: &Loads<'_>) -> u64 {
         let scores = self
@@ -116,11 +122,11 @@ impl Policy for ApproxTtl {
         worker
     }
     fn pace(&self) -> Option<f64> {
-        Some(self.speed)
+        self.speed
     }
 }
 
-/// Dynamo's two routing policies; `speed` paces the approximate one (see the module docs).
+/// Dynamo's routing policies; `speed` paces the approximate TTL one (see the module docs).
 pub fn policies(speed: f64) -> Vec<PolicyFactory> {
     vec![
         PolicyFactory {
@@ -138,23 +144,33 @@ pub fn policies(speed: f64) -> Vec<PolicyFactory> {
                 })
             }),
         },
-        PolicyFactory {
-            name: "dynamo/kv-approx-ttl".into(),
-            make: Box::new(move |cfg| {
-                let ttl = PruneConfig::default().ttl.div_f64(speed);
-                Box::new(ApproxTtl {
-                    indexer: KvIndexer::new_with_approximate_retention(
-                        CancellationToken::new(),
-                        cfg.block_size as u32,
-                        Arc::new(KvIndexerMetrics::new_unregistered()),
-                        Some(ApproximateRetentionConfig::Ttl(PruneConfig { ttl })),
-                    ),
-                    rt: runtime(),
-                    block_size: cfg.block_size as u32,
-                    overlap_weight: cfg.overlap_weight,
-                    speed,
-                })
-            }),
-        },
+        approx("dynamo/kv-approx-ttl", Some(speed)),
+        approx("dynamo/kv-approx-unpaced", None),
     ]
+}
+
+/// Dynamo's approximate `KvIndexer`: TTL 120 s of trace time paced at `speed`, or unpaced with a
+/// TTL of a day (`None`).
+fn approx(name: &str, speed: Option<f64>) -> PolicyFactory {
+    PolicyFactory {
+        name: name.into(),
+        make: Box::new(move |cfg| {
+            let ttl = match speed {
+                Some(speed) => PruneConfig::default().ttl.div_f64(speed),
+                None => std::time::Duration::from_secs(24 * 3600),
+            };
+            Box::new(ApproxTtl {
+                indexer: KvIndexer::new_with_approximate_retention(
+                    CancellationToken::new(),
+                    cfg.block_size as u32,
+                    Arc::new(KvIndexerMetrics::new_unregistered()),
+                    Some(ApproximateRetentionConfig::Ttl(PruneConfig { ttl })),
+                ),
+                rt: runtime(),
+                block_size: cfg.block_size as u32,
+                overlap_weight: cfg.overlap_weight,
+                speed,
+            })
+        }),
+    }
 }
