@@ -18,6 +18,7 @@ __all__ = [
     "__version__",
     "Index",
     "Routed",
+    "HybridIndex",
     "RadixTree",
     "OverlapScores",
     "Subscriber",
@@ -139,6 +140,55 @@ class Routed:
     @property
     def worker(self) -> Tuple[int, int]:
         """The worker the request went to, ``(worker_id, dp_rank)``."""
+
+_GroupKind: TypeAlias = Literal[
+    "full_attention", "sliding_window", "chunked_local_attention", "mamba"
+]
+_Group: TypeAlias = Union[Tuple[str, int], Tuple[str, int, int]]
+
+@final
+class HybridIndex:
+    """The exact index of a fleet serving a model with several KV-cache groups (vLLM's
+    ``group_idx``): a worker's score is the longest prefix every group can supply, by vLLM
+    0.33's reuse rules.
+
+    ``groups``, indexed by ``group_idx``: ``(kind, block_size)`` or ``(kind, block_size,
+    window)``, kinds ``"full_attention"``, ``"sliding_window"`` (window in tokens),
+    ``"chunked_local_attention"`` (chunk in tokens), ``"mamba"``. At least one full-attention
+    group, one block size for all; anything else raises ValueError.
+    """
+
+    def __new__(
+        cls,
+        groups: Sequence[_Group],
+        layout: Literal["positional", "array", "radix"] = "positional",
+    ) -> "HybridIndex": ...
+    @property
+    def layout(self) -> str: ...
+    @property
+    def groups(self) -> List[Tuple[_GroupKind, int, Optional[int]]]:
+        """The groups, ``(kind, block_size, window or chunk or None)``."""
+    def apply_stored(
+        self, group: int, worker: _Worker, parent: Optional[int], blocks: Sequence[Tuple[int, int]]
+    ) -> None:
+        """Group ``group`` of ``worker`` stored ``blocks`` after ``parent``. ValueError, changing
+        nothing, for an unknown group, parent, repeated block or conflict."""
+    def apply_removed(self, group: int, worker: _Worker, seq_hashes: Sequence[int]) -> List[int]:
+        """Group ``group`` of ``worker`` evicted ``seq_hashes``; returns those it did not hold."""
+    def apply_cleared(self, worker: _Worker) -> None:
+        """``worker`` (that rank) dropped every block of every group."""
+    def apply_engine_batch(
+        self, worker_id: int, data: bytes, engine: Literal["vllm", "sglang"] = "vllm"
+    ) -> Dict[str, int]:
+        """A msgpack batch as a vLLM engine publishes it, each event to its ``group_idx``.
+        Returns ``{"applied", "rejected", "filtered"}`` counts (events of a group the model
+        lacks, or of another kind, are rejected). ValueError for bytes that do not decode."""
+    def find_matches(self, local_hashes: Sequence[int]) -> _Scores:
+        """``{(worker_id, dp_rank): blocks}``: the prefix every group of the worker supplies."""
+    def remove_worker(self, worker_id: int) -> None: ...
+    def remove_worker_dp_rank(self, worker: _Worker) -> None: ...
+    def block_count(self, worker: _Worker, group: int) -> int:
+        """Blocks group ``group`` of ``worker`` holds, reachable or not."""
 
 @final
 class OverlapScores:

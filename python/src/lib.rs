@@ -2,6 +2,8 @@
 //! written in Python.
 //!
 //! - [`index::Index`]: any layout (or approximate mode), events in, scores out;
+//! - [`hybrid::HybridIndex`]: a model of several KV-cache groups (sliding window, Mamba ...),
+//!   each event with its group, scores by vLLM's reuse rules;
 //! - [`radix_tree::RadixTree`]: a drop-in for `dynamo._core.RadixTree` (same constructor,
 //!   methods, JSON event bytes and result shape);
 //! - [`subscriber::Subscriber`]: the crate's ZeroMQ ingest of vLLM and SGLang engines, on its
@@ -18,6 +20,7 @@ mod convert;
 mod dynamo_event;
 mod guard;
 mod hashing;
+mod hybrid;
 mod index;
 mod radix_tree;
 mod subscriber;
@@ -27,6 +30,7 @@ fn flash_indexer(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add_class::<index::Index>()?;
     m.add_class::<index::PyRouted>()?;
+    m.add_class::<hybrid::HybridIndex>()?;
     m.add_class::<radix_tree::RadixTree>()?;
     m.add_class::<radix_tree::OverlapScores>()?;
     m.add_class::<subscriber::Subscriber>()?;
