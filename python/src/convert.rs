@@ -78,3 +78,48 @@ pub(crate) fn engine(name: &str) -> PyResult<flash_indexer::ingest::Engine> {
         ))),
     }
 }
+
+/// What `apply_engine_batch` returns: `{"applied", "rejected", "filtered"}` event counts of one
+/// batch, decoded from `data` and applied by `apply`, which counts what it applied and rejected
+/// of the mapped events. ValueError for bytes that do not decode (nothing applied).
+pub(crate) fn engine_batch<'py, A>(
+    py: Python<'py>,
+    data: &[u8],
+    engine: &str,
+    apply: A,
+) -> PyResult<Bound<'py, PyDict>>
+where
+    A: FnOnce(&flash_indexer::ingest::KvEventBatch) -> (usize, usize, usize) + Send,
+{
+    let engine = self::engine(engine)?;
+    let (applied, rejected, filtered) = crate::guard::detach(py, || {
+        let batch = flash_indexer::ingest::decode_batch(data, engine).map_err(|e| e.to_string())?;
+        Ok::<_, String>(apply(&batch))
+    })?
+    .map_err(PyValueError::new_err)?;
+    let out = PyDict::new(py);
+    out.set_item("applied", applied)?;
+    out.set_item("rejected", rejected)?;
+    out.set_item("filtered", filtered)?;
+    Ok(out)
+}
+
+/// Applied and rejected counts of `results`, a warning counting as applied.
+pub(crate) fn tally(results: impl Iterator<Item = Result<(), EventError>>) -> (usize, usize) {
+    results.fold((0, 0), |(applied, rejected), result| match result {
+        Err(e) if !e.is_warning() => (applied, rejected + 1),
+        _ => (applied + 1, rejected),
+    })
+}
+
+/// An event's result as the `apply_*` methods return it: the blocks a removal named that the
+/// worker did not hold (the contract's warning), or the refusal as ValueError.
+pub(crate) fn missing_or_error(result: Result<(), EventError>) -> PyResult<Vec<u64>> {
+    match result {
+        Ok(()) => Ok(Vec::new()),
+        Err(EventError::UnknownBlocks { missing }) => {
+            Ok(missing.into_iter().map(|s| s.0).collect())
+        }
+        Err(error) => Err(event_error(error)),
+    }
+}

@@ -1,10 +1,10 @@
 //! `HybridIndex`: a model of several KV-cache groups (sliding window, chunked local attention,
 //! Mamba beside full attention) over any layout, scored by vLLM's reuse rules.
 
-use crate::convert::{event_error, scores};
+use crate::convert::{event_error, scores, tally};
 use crate::index::make_layout;
 use flash_indexer::hybrid::{GroupKind, GroupSpec, HybridIndex as _, HybridIndexer, ModelGroups};
-use flash_indexer::ingest::{EventMapper, MapConfig, decode_batch};
+use flash_indexer::ingest::{EventMapper, MapConfig};
 use flash_indexer::{Block, Event, EventError, KvIndex, LocalHash, SeqHash};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -149,29 +149,14 @@ impl HybridIndex {
         data: &[u8],
         engine: &str,
     ) -> PyResult<Bound<'py, PyDict>> {
-        let engine = crate::convert::engine(engine)?;
         let index = &self.index;
-        let (applied, rejected, filtered) = crate::guard::detach(py, || {
-            let batch = decode_batch(data, engine).map_err(|e| e.to_string())?;
+        crate::convert::engine_batch(py, data, engine, |batch| {
             let mapper = EventMapper::new(worker_id, MapConfig::default());
-            let mapped = mapper.map_groups(&batch, 0, index.model());
-            let mut applied = 0;
-            let mut rejected = mapped.rejected.len();
-            for (group, event) in &mapped.events {
-                match index.apply(*group, event) {
-                    Ok(()) => applied += 1,
-                    Err(e) if e.is_warning() => applied += 1,
-                    Err(_) => rejected += 1,
-                }
-            }
-            Ok::<_, String>((applied, rejected, mapped.filtered))
-        })?
-        .map_err(PyValueError::new_err)?;
-        let out = PyDict::new(py);
-        out.set_item("applied", applied)?;
-        out.set_item("rejected", rejected)?;
-        out.set_item("filtered", filtered)?;
-        Ok(out)
+            let mapped = mapper.map_groups(batch, 0, index.model());
+            let results = mapped.events.iter().map(|(g, e)| index.apply(*g, e));
+            let (applied, rejected) = tally(results);
+            (applied, rejected + mapped.rejected.len(), mapped.filtered)
+        })
     }
 
     /// How long a prefix of the chain `local_hashes` every group of each worker can supply:
@@ -230,12 +215,6 @@ impl HybridIndex {
 impl HybridIndex {
     fn apply(&self, py: Python<'_>, group: u32, event: Event) -> PyResult<Vec<u64>> {
         let index = &self.index;
-        match crate::guard::detach(py, || index.apply(group, &event))? {
-            Ok(()) => Ok(Vec::new()),
-            Err(EventError::UnknownBlocks { missing }) => {
-                Ok(missing.into_iter().map(|s| s.0).collect())
-            }
-            Err(error) => Err(event_error(error)),
-        }
+        crate::convert::missing_or_error(crate::guard::detach(py, || index.apply(group, &event))?)
     }
 }

@@ -1,10 +1,10 @@
 //! `Index`: any layout of the crate, or approximate mode, behind one Python class.
 
-use crate::convert::{event_error, scores};
+use crate::convert::{scores, tally};
 use crate::hashing::{PyMmItem, Request, hash_tokens};
-use flash_indexer::ingest::{EventMapper, MapConfig, decode_batch};
+use flash_indexer::ingest::{EventMapper, MapConfig};
 use flash_indexer::{
-    ApproximateIndexer, ArrayIndexer, Block, Event, EventError, EventKind, KvIndex, LocalHash,
+    ApproximateIndexer, ArrayIndexer, Block, Event, EventKind, KvIndex, LocalHash,
     PositionalIndexer, RadixIndexer, Retention, Routed, SeqHash,
 };
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
@@ -85,13 +85,7 @@ fn seconds(now: f64) -> PyResult<Duration> {
 impl Index {
     fn apply(&self, py: Python<'_>, event: Event) -> PyResult<Vec<u64>> {
         let index = &self.index;
-        match crate::guard::detach(py, || index.apply(&event))? {
-            Ok(()) => Ok(Vec::new()),
-            Err(EventError::UnknownBlocks { missing }) => {
-                Ok(missing.into_iter().map(|s| s.0).collect())
-            }
-            Err(error) => Err(event_error(error)),
-        }
+        crate::convert::missing_or_error(crate::guard::detach(py, || index.apply(&event))?)
     }
 
     fn approximate(&self) -> PyResult<&Approximate> {
@@ -213,28 +207,12 @@ impl Index {
         data: &[u8],
         engine: &str,
     ) -> PyResult<Bound<'py, PyDict>> {
-        let engine = crate::convert::engine(engine)?;
         let index = &self.index;
-        let (applied, rejected, filtered) = crate::guard::detach(py, || {
-            let batch = decode_batch(data, engine).map_err(|e| e.to_string())?;
-            let mapped = EventMapper::new(worker_id, MapConfig::default()).map(&batch, 0);
-            let mut applied = 0;
-            let mut rejected = mapped.rejected.len();
-            for event in &mapped.events {
-                match index.apply(event) {
-                    Ok(()) => applied += 1,
-                    Err(e) if e.is_warning() => applied += 1,
-                    Err(_) => rejected += 1,
-                }
-            }
-            Ok::<_, String>((applied, rejected, mapped.filtered))
-        })?
-        .map_err(PyValueError::new_err)?;
-        let out = PyDict::new(py);
-        out.set_item("applied", applied)?;
-        out.set_item("rejected", rejected)?;
-        out.set_item("filtered", filtered)?;
-        Ok(out)
+        crate::convert::engine_batch(py, data, engine, |batch| {
+            let mapped = EventMapper::new(worker_id, MapConfig::default()).map(batch, 0);
+            let (applied, rejected) = tally(mapped.events.iter().map(|e| index.apply(e)));
+            (applied, rejected + mapped.rejected.len(), mapped.filtered)
+        })
     }
 
     /// How deep each worker matches the chain `local_hashes`: `{(worker_id, dp_rank): depth}`,
