@@ -570,6 +570,15 @@ fn ranks_come_from_the_batch_or_are_fixed() {
         fixed.map(&cleared(Some(2)), 0).events[0].worker,
         Worker::new(9, 4)
     );
+    let registered = EventMapper::new(9, MapConfig::default()).with_dp_rank(DpRank::FromBatchOr(4));
+    assert_eq!(
+        registered.map(&cleared(Some(2)), 0).events[0].worker,
+        Worker::new(9, 2)
+    );
+    assert_eq!(
+        registered.map(&cleared(None), 0).events[0].worker,
+        Worker::new(9, 4)
+    );
 }
 
 /// Replays the committed corpus and saved crashes of fuzz target `target` through `run`.

@@ -16,6 +16,9 @@ pub enum DpRank {
     /// This rank, whatever the batch says: for engines that publish each rank on its own socket
     /// without naming the rank in the batch.
     Fixed(u32),
+    /// The batch's `data_parallel_rank`, this rank when it is absent (Dynamo's standalone
+    /// indexer: the rank an engine was registered with, unless its batches name another).
+    FromBatchOr(u32),
 }
 
 /// Who dials whom.
@@ -96,6 +99,12 @@ impl EngineEndpoint {
     /// Every event of this endpoint has data-parallel rank `rank`.
     pub fn with_dp_rank(mut self, rank: u32) -> Self {
         self.dp_rank = DpRank::Fixed(rank);
+        self
+    }
+
+    /// Events get the batch's `data_parallel_rank`, `rank` when the batch names none.
+    pub fn with_default_dp_rank(mut self, rank: u32) -> Self {
+        self.dp_rank = DpRank::FromBatchOr(rank);
         self
     }
 

@@ -227,6 +227,7 @@ impl EventMapper {
         let rank = match self.dp_rank {
             DpRank::FromBatch => batch.data_parallel_rank.unwrap_or(0),
             DpRank::Fixed(rank) => rank,
+            DpRank::FromBatchOr(rank) => batch.data_parallel_rank.unwrap_or(rank),
         };
         Worker::new(self.worker_id, rank)
     }

@@ -529,7 +529,9 @@ impl<I: KvIndex + ?Sized + 'static> EndpointTask<I> {
             _ => None,
         };
         let all_ranks = match self.endpoint.dp_rank {
-            DpRank::FromBatch => self.source(key).mapper.as_ref().map(EventMapper::worker_id),
+            DpRank::FromBatch | DpRank::FromBatchOr(_) => {
+                self.source(key).mapper.as_ref().map(EventMapper::worker_id)
+            }
             DpRank::Fixed(_) => None,
         };
         if let Some(id) = all_ranks {
