@@ -881,6 +881,89 @@ fn extra_keys_key_blocks_as_vllm_does() {
 }
 
 #[test]
+fn a_salt_marked_by_dynamo_is_its_namespace_on_every_block() {
+    use flash_indexer::hash::{Features, Salt};
+
+    let tokens: Vec<u32> = (700..764).collect();
+    let marked = |first: Vec<Value>| {
+        Value::Array(vec![
+            Value::Array(first),
+            Value::Nil,
+            Value::Nil,
+            Value::Nil,
+        ])
+    };
+    let events = [
+        (
+            1,
+            None,
+            marked(vec![Value::from("dynamo-cache-salt:tenant-a")]),
+        ),
+        (
+            2,
+            Some("adapter"),
+            marked(vec![
+                Value::from("adapter"),
+                Value::from("dynamo-cache-salt:tenant-a"),
+            ]),
+        ),
+        // The bare prefix names no namespace: vLLM's salt, as any other string.
+        (3, None, marked(vec![Value::from("dynamo-cache-salt:")])),
+    ];
+    let index = NaiveIndexer::default();
+    for (worker, lora, keys) in events {
+        let event = keyed_stored(
+            Encoding::Map,
+            &[
+                worker * 10,
+                worker * 10 + 1,
+                worker * 10 + 2,
+                worker * 10 + 3,
+            ],
+            &tokens,
+            lora,
+            keys,
+            vec![],
+        );
+        let batch =
+            decode_batch(&batch_bytes(Encoding::Map, vec![event], None), Engine::Vllm).unwrap();
+        let mapped = EventMapper::new(worker, MapConfig::default()).map(&batch, 0);
+        assert_eq!(mapped.rejected, vec![], "worker {worker}");
+        for event in &mapped.events {
+            index.apply(event).unwrap();
+        }
+    }
+    let depth = |features: Features<'_>, worker: u64| {
+        let query = hash::local_hashes_with_features(&tokens, 16, &features);
+        (index.find_matches(&query))
+            .get(Worker::new(worker, 0))
+            .unwrap_or(0)
+    };
+    let namespace = |lora_name, cache_namespace| Features {
+        salt: Salt {
+            lora_name,
+            cache_namespace,
+        },
+        ..Features::default()
+    };
+    assert_eq!(depth(namespace(None, Some("tenant-a")), 1), 4);
+    assert_eq!(depth(namespace(None, Some("tenant-b")), 1), 0);
+    assert_eq!(depth(namespace(None, None), 1), 0);
+    let vllm_salt = Features {
+        cache_salt: Some("dynamo-cache-salt:tenant-a"),
+        ..Features::default()
+    };
+    assert_eq!(depth(vllm_salt, 1), 0);
+    assert_eq!(depth(namespace(Some("adapter"), Some("tenant-a")), 2), 4);
+    assert_eq!(depth(namespace(None, Some("tenant-a")), 2), 0);
+    let bare = Features {
+        cache_salt: Some("dynamo-cache-salt:"),
+        ..Features::default()
+    };
+    assert_eq!(depth(bare, 3), 4);
+}
+
+#[test]
 fn extra_keys_of_unknown_shapes_reject_their_event() {
     let tokens: Vec<u32> = (0..32).collect();
     let cases = [

@@ -9,6 +9,10 @@
 //!   salt, `(identifier, offset)` pairs are multimodal items, bytes are a prompt-embeddings
 //!   digest. SGLang's top-level `cache_salt` keys the first block of a sequence. A key of any
 //!   other shape rejects the event with a reason: it is never hashed as plain text.
+//! - A cache salt `dynamo-cache-salt:NAMESPACE` on an event's first block is Dynamo's cache
+//!   namespace, marked so by its frontend: it seeds every block of the event
+//!   ([`hash::Salt::cache_namespace`]), as Dynamo's router hashes it, instead of keying the
+//!   first block as vLLM's salt.
 //! - Blocks vLLM hashed over the tokens after them too (`lookahead_token_ids`, speculative
 //!   decoding) are rejected ([`MapError::Lookahead`]): a router cannot hash a request that way.
 //! - Engine block hashes become opaque [`SeqHash`]es, unchanged.
@@ -292,12 +296,15 @@ pub(super) fn stored_kind(stored: &BlockStored) -> Result<EventKind, MapError> {
             block_size: stored.block_size,
         });
     }
-    let seed = match (&stored.lora_name, stored.lora_id) {
-        (Some(name), _) => hash::lora_seed(name),
-        (None, Some(lora_id)) => return Err(MapError::LoraWithoutName { lora_id }),
-        (None, None) => hash::SEED,
-    };
-    let keys = block_keys(stored)?;
+    if let (None, Some(lora_id)) = (&stored.lora_name, stored.lora_id) {
+        return Err(MapError::LoraWithoutName { lora_id });
+    }
+    let (keys, namespace) = block_keys(stored)?;
+    let seed = hash::Salt {
+        lora_name: stored.lora_name.as_deref(),
+        cache_namespace: namespace.as_deref(),
+    }
+    .seed();
     let locals = if keys.iter().all(Vec::is_empty) {
         hash::local_hashes_with_seed(&stored.token_ids, block_size, seed)
     } else {
@@ -319,8 +326,13 @@ pub(super) fn stored_kind(stored: &BlockStored) -> Result<EventKind, MapError> {
     })
 }
 
-/// Each block's extra keys, from vLLM's per-block `extra_keys` and SGLang's `cache_salt`.
-fn block_keys(stored: &BlockStored) -> Result<Vec<Vec<ExtraKey>>, MapError> {
+/// The mark of Dynamo's cache namespace among vLLM's `extra_keys`: Dynamo's frontend passes a
+/// request's namespace to vLLM as the cache salt `dynamo-cache-salt:NAMESPACE`.
+const DYNAMO_CACHE_SALT_PREFIX: &str = "dynamo-cache-salt:";
+
+/// Each block's extra keys, from vLLM's per-block `extra_keys` and SGLang's `cache_salt`, and
+/// the cache namespace Dynamo's frontend marked on the event's first block.
+fn block_keys(stored: &BlockStored) -> Result<(Vec<Vec<ExtraKey>>, Option<String>), MapError> {
     let blocks = stored.block_hashes.len();
     let mut keys: Vec<Vec<ExtraKey>> = match &stored.extra_keys {
         None => vec![Vec::new(); blocks],
@@ -340,6 +352,19 @@ fn block_keys(stored: &BlockStored) -> Result<Vec<Vec<ExtraKey>>, MapError> {
             })
             .collect::<Result<_, _>>()?,
     };
+    // Dynamo's router seeds every block of the event with a namespace marked on its first block
+    // (`extra_keys_to_cache_namespace`), and hashes nothing else of the mark.
+    let mut namespace = None;
+    if let Some(first) = keys.first_mut()
+        && let Some(at) = first.iter().position(|key| {
+            matches!(key, ExtraKey::CacheSalt(salt)
+                if salt.len() > DYNAMO_CACHE_SALT_PREFIX.len()
+                    && salt.starts_with(DYNAMO_CACHE_SALT_PREFIX))
+        })
+        && let ExtraKey::CacheSalt(salt) = first.remove(at)
+    {
+        namespace = Some(salt[DYNAMO_CACHE_SALT_PREFIX.len()..].to_owned());
+    }
     if let Some(salt) = stored.cache_salt.as_deref().filter(|s| !s.is_empty())
         && stored.parent_block_hash.is_none()
         && let Some(first) = keys.first_mut()
@@ -349,7 +374,7 @@ fn block_keys(stored: &BlockStored) -> Result<Vec<Vec<ExtraKey>>, MapError> {
             first.push(salt);
         }
     }
-    Ok(keys)
+    Ok((keys, namespace))
 }
 
 /// One block's items, in vLLM's order: the LoRA name (when the event has one), multimodal
