@@ -549,6 +549,68 @@ fn mapping_rejects_partial_blocks_and_filters_tiers() {
 }
 
 #[test]
+fn a_block_offloaded_to_a_kept_tier_stays_until_its_last_tier_removes_it() {
+    let block = |seq: u64, parent: Option<u64>, medium: &str| {
+        EngineEvent::BlockStored(BlockStored {
+            block_hashes: vec![SeqHash(seq)],
+            parent_block_hash: parent.map(SeqHash),
+            token_ids: (seq as u32 * 16..seq as u32 * 16 + 16).collect(),
+            block_size: 16,
+            lora_id: None,
+            medium: Some(medium.to_owned()),
+            lora_name: None,
+            group_idx: None,
+            kv_cache_spec_kind: None,
+            kv_cache_spec_sliding_window: None,
+            extra_keys: None,
+            cache_salt: None,
+            lookahead: false,
+        })
+    };
+    let removed = |seq: u64, medium: &str| {
+        EngineEvent::BlockRemoved(flash_indexer::ingest::BlockRemoved {
+            block_hashes: vec![SeqHash(seq)],
+            medium: Some(medium.to_owned()),
+            group_idx: None,
+        })
+    };
+    let batch = |events| KvEventBatch {
+        ts: 0.0,
+        events,
+        data_parallel_rank: None,
+        unknown_events: 0,
+    };
+    let both = MapConfig {
+        mediums: vec!["GPU".into(), "CPU".into()],
+        ..MapConfig::default()
+    };
+    let mapper = EventMapper::new(5, both);
+    let index = NaiveIndexer::default();
+    let apply = |events| {
+        for event in mapper.map(&batch(events), 0).events {
+            index.apply(&event).unwrap();
+        }
+    };
+    let query: Vec<flash_indexer::LocalHash> = (1..=3u32)
+        .flat_map(|b| hash::local_hashes(&(b * 16..b * 16 + 16).collect::<Vec<_>>(), 16))
+        .collect();
+    let depth = || {
+        index
+            .find_matches(&query)
+            .get(Worker::new(5, 0))
+            .unwrap_or(0)
+    };
+    // Blocks 1 and 2 on the GPU, 3 offloaded after 2; then 2 is offloaded too and leaves the GPU.
+    apply(vec![block(1, None, "GPU"), block(2, Some(1), "GPU")]);
+    apply(vec![block(3, Some(2), "CPU"), block(2, Some(1), "CPU")]);
+    assert_eq!(depth(), 3);
+    apply(vec![removed(2, "GPU")]);
+    assert_eq!(depth(), 3, "the CPU still holds block 2");
+    apply(vec![removed(2, "CPU")]);
+    assert_eq!(depth(), 1, "no tier holds block 2");
+}
+
+#[test]
 fn ranks_come_from_the_batch_or_are_fixed() {
     let cleared = |rank| KvEventBatch {
         ts: 0.0,

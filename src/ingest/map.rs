@@ -26,6 +26,7 @@ use std::fmt;
 
 use super::decode::{BlockStored, EngineEvent, KvEventBatch, RawExtraKey};
 use super::endpoint::DpRank;
+use super::mediums::{MediumUnion, UnionCell};
 use crate::hash::ExtraKey;
 use crate::{Block, Event, EventKind, Worker, hash};
 
@@ -33,7 +34,9 @@ use crate::{Block, Event, EventKind, Worker, hash};
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MapConfig {
     /// Storage tiers to index, compared case-insensitively. An event without a medium (engines
-    /// older than the field) is GPU. Default: `["GPU"]`.
+    /// older than the field) is GPU. Default: `["GPU"]`. With several, a block stays indexed
+    /// while any of them holds it: a removal from one tier does not drop what another still
+    /// holds (see [`EventMapper`] for what it remembers to know that).
     pub mediums: Vec<String>,
     /// Keep only this KV-cache group of hybrid models (events without a group are always kept).
     /// Default: every group. [`EventMapper::map`] merges the groups it keeps into one worker,
@@ -202,6 +205,8 @@ pub struct EventMapper {
     worker_id: u64,
     dp_rank: DpRank,
     pub(super) config: MapConfig,
+    /// Which kept mediums hold which blocks, with more than one medium kept.
+    union: Option<UnionCell>,
 }
 
 impl EventMapper {
@@ -211,8 +216,26 @@ impl EventMapper {
         EventMapper {
             worker_id,
             dp_rank: DpRank::FromBatch,
+            union: (config.mediums.len() > 1).then(UnionCell::default),
             config,
         }
+    }
+
+    /// Forgets which mediums held what: the index was cleared of every worker of this mapper
+    /// (a subscriber's resynchronization).
+    pub(super) fn forget_mediums(&self) {
+        if let Some(union) = &self.union {
+            union.with(MediumUnion::clear_all);
+        }
+    }
+
+    /// The index of the kept medium `medium` (`None` is GPU) in the configuration.
+    fn medium_index(&self, medium: Option<&str>) -> usize {
+        let medium = medium.unwrap_or("GPU");
+        (self.config.mediums.iter())
+            .position(|m| m.eq_ignore_ascii_case(medium))
+            .unwrap_or(0)
+            .min(63)
     }
 
     /// The same, with data-parallel ranks decided by `dp_rank`.
@@ -253,6 +276,7 @@ impl EventMapper {
                 mapped.filtered += 1;
                 continue;
             }
+            let medium = tier.map(|(medium, _)| self.medium_index(medium));
             let kind = match event {
                 EngineEvent::BlockStored(stored) => match stored_kind(stored) {
                     Ok(kind) => kind,
@@ -265,6 +289,13 @@ impl EventMapper {
                     blocks: removed.block_hashes.clone(),
                 },
                 EngineEvent::AllBlocksCleared => EventKind::Cleared,
+            };
+            let kind = match (&self.union, medium) {
+                (Some(union), medium) => match union.with(|u| u.settle(worker, medium, kind)) {
+                    Some(kind) => kind,
+                    None => continue, // Another kept medium still holds every block removed.
+                },
+                (None, _) => kind,
             };
             mapped.events.push(Event {
                 worker,

@@ -25,6 +25,7 @@ mod endpoint;
 #[cfg(feature = "hybrid")]
 mod groups;
 mod map;
+mod mediums;
 pub(crate) mod sequence;
 mod stats;
 mod subscriber;

@@ -539,6 +539,9 @@ impl<I: KvIndex + ?Sized + 'static> EndpointTask<I> {
             self.shared.pool.remove_worker(id);
         }
         let source = self.source(key);
+        if let Some(mapper) = &source.mapper {
+            mapper.forget_mediums();
+        }
         let mut workers = std::mem::take(&mut source.workers);
         workers.retain(|w| Some(w.id) != all_ranks);
         workers.extend(fixed);
