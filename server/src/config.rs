@@ -58,6 +58,10 @@ pub struct Cli {
     /// Address to serve HTTP on [default: 127.0.0.1:8080].
     #[arg(long, value_name = "ADDR")]
     pub listen: Option<SocketAddr>,
+    /// Also serve Dynamo's standalone-indexer API on this address (see the README) [default:
+    /// not served].
+    #[arg(long, value_name = "ADDR")]
+    pub dynamo_listen: Option<SocketAddr>,
     /// Directory of the index snapshot: restored at startup, written periodically and on shutdown.
     #[arg(long, value_name = "DIR")]
     pub snapshot_dir: Option<PathBuf>,
@@ -94,6 +98,7 @@ pub struct Cli {
 ///
 /// ```toml
 /// listen = "0.0.0.0:8080"
+/// dynamo_listen = "0.0.0.0:8090"
 /// snapshot_dir = "/var/lib/flash-indexer"
 /// snapshot_interval_secs = 60
 /// layout = "radix"
@@ -117,6 +122,8 @@ pub struct Cli {
 pub struct FileConfig {
     /// As `--listen`.
     pub listen: Option<SocketAddr>,
+    /// As `--dynamo-listen`.
+    pub dynamo_listen: Option<SocketAddr>,
     /// As `--snapshot-dir`.
     pub snapshot_dir: Option<PathBuf>,
     /// As `--snapshot-interval`.
@@ -240,12 +247,13 @@ impl EngineConfig {
         }
     }
 
-    /// The name the server knows the engine by: its worker id, or its event address when
-    /// workers come from topics.
+    /// The name the server knows the engine by: its worker id (`ID:RANK` with a fixed rank), or
+    /// its event address when workers come from topics.
     pub fn key(&self) -> String {
-        match self.worker {
-            Some(id) => id.to_string(),
-            None => self.events.clone(),
+        match (self.worker, self.dp_rank) {
+            (Some(id), None) => id.to_string(),
+            (Some(id), Some(rank)) => format!("{id}:{rank}"),
+            (None, _) => self.events.clone(),
         }
     }
 }
@@ -259,11 +267,36 @@ pub struct Tier {
     pub weight: f64,
 }
 
+/// The `medium`s engines publish for the same tier as Dynamo's router reads them
+/// (`StorageTier::from_kv_medium`): a tier named by one of a row is every name of that row.
+pub const MEDIUM_ALIASES: [&[&str]; 4] = [
+    &["GPU", "DEVICE"],
+    &["CPU", "CPU_PINNED", "CPU_TIER1"],
+    &["DISK", "CPU_TIER2", "NVME", "STORAGE"],
+    &["EXTERNAL", "NETWORK", "REMOTE", "SHARED"],
+];
+
+impl Tier {
+    /// The mediums whose events this tier indexes: its name and the names Dynamo reads as the
+    /// same tier.
+    pub fn mediums(&self) -> Vec<String> {
+        MEDIUM_ALIASES
+            .iter()
+            .find(|row| row.iter().any(|m| m.eq_ignore_ascii_case(&self.name)))
+            .map_or_else(
+                || vec![self.name.clone()],
+                |row| row.iter().map(|m| (*m).to_owned()).collect(),
+            )
+    }
+}
+
 /// Everything the server runs with.
 #[derive(Clone, Debug)]
 pub struct Settings {
     /// Where HTTP is served.
     pub listen: SocketAddr,
+    /// Where Dynamo's standalone-indexer API is served, if anywhere.
+    pub dynamo_listen: Option<SocketAddr>,
     /// Where snapshots live, if anywhere.
     pub snapshot_dir: Option<PathBuf>,
     /// Time between periodic snapshots.
@@ -329,6 +362,7 @@ impl Settings {
                 .listen
                 .or(file.listen)
                 .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 8080))),
+            dynamo_listen: cli.dynamo_listen.or(file.dynamo_listen),
             snapshot_dir: cli.snapshot_dir.or(file.snapshot_dir),
             snapshot_interval: Duration::from_secs(
                 cli.snapshot_interval
@@ -379,8 +413,8 @@ fn check_block_size(size: usize) -> Result<(), ConfigError> {
     Ok(())
 }
 
-/// Sorts tiers heaviest first and refuses names given twice and weights that are not finite
-/// non-negative numbers.
+/// Sorts tiers heaviest first and refuses two tiers of one medium (or of mediums Dynamo reads as
+/// one) and weights that are not finite non-negative numbers.
 fn check_tiers(mut tiers: Vec<Tier>) -> Result<Vec<Tier>, ConfigError> {
     if tiers.is_empty() {
         return Err(ConfigError::Invalid("no storage tier to index".to_owned()));
@@ -392,10 +426,13 @@ fn check_tiers(mut tiers: Vec<Tier>) -> Result<Vec<Tier>, ConfigError> {
                 tier.name, tier.weight
             )));
         }
-        if tiers[..i].iter().any(|t| t.name == tier.name) {
+        if let Some(same) = tiers[..i]
+            .iter()
+            .find(|t| t.mediums().iter().any(|m| tier.mediums().contains(m)))
+        {
             return Err(ConfigError::Invalid(format!(
-                "tier {} is given twice",
-                tier.name
+                "tiers {} and {} name the same medium",
+                same.name, tier.name
             )));
         }
     }

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use flash_indexer::ingest::{
-    EngineEndpoint, IngestStats, MapConfig, Subscriber, SubscriberConfig, Topic,
+    DpRank, EngineEndpoint, IngestStats, MapConfig, Subscriber, SubscriberConfig, Topic,
 };
 use flash_indexer::pool::{PoolConfig, WriterPool};
 use flash_indexer::{
@@ -81,7 +81,8 @@ pub struct WorkerScore {
     /// Blocks of the request it holds as a prefix on its best tier for each position: the
     /// largest of its tier depths.
     pub depth: u32,
-    /// Its matched depth on each tier that holds any.
+    /// Its matched depth on each tier that reaches deeper than the heavier tiers, counting the
+    /// blocks before it that heavier tiers hold.
     pub tiers: BTreeMap<String, u32>,
     /// Each matched block weighed by the heaviest tier holding it.
     pub score: f64,
@@ -196,6 +197,12 @@ impl Service {
 
     /// The model called `name`, created empty if it is new.
     pub fn model_or_create(&self, name: &str) -> Arc<Model> {
+        self.model_or_create_sized(name, None)
+    }
+
+    /// The model called `name`, created empty with `block_size` (or the configured one) if it
+    /// is new.
+    pub fn model_or_create_sized(&self, name: &str, block_size: Option<usize>) -> Arc<Model> {
         if let Some(model) = self.model(name) {
             return model;
         }
@@ -217,11 +224,34 @@ impl Service {
                     .collect();
                 Arc::new(Model {
                     name: name.to_owned(),
-                    block_size: self.settings.block_size(name),
+                    block_size: block_size.unwrap_or_else(|| self.settings.block_size(name)),
                     tiers,
                 })
             })
             .clone()
+    }
+
+    /// Drops the model called `name` if nothing uses it: not in the settings, followed by no
+    /// engine, and every index empty once what is queued is applied. Its queries then answer
+    /// 404 again (Dynamo drops a routing partition when its last instance leaves).
+    pub fn remove_model_if_unused(&self, name: &str) -> bool {
+        if self.settings.models.contains_key(name)
+            || (self.engines.lock().unwrap().values()).any(|e| e.config.fixed_model() == Some(name))
+        {
+            return false;
+        }
+        let mut models = self.models.write().unwrap();
+        let Some(model) = models.get(name) else {
+            return false;
+        };
+        let empty = model.tiers.iter().all(|t| {
+            t.pool.flush();
+            t.pool.index().worker_count() == 0
+        });
+        if empty {
+            models.remove(name);
+        }
+        empty
     }
 
     /// Rebuilds the indexes from a snapshot (before any engine is followed). Returns the events
@@ -288,6 +318,18 @@ impl Service {
         config: EngineConfig,
         at_startup: bool,
     ) -> Result<(), EngineError> {
+        let dp_rank = config.dp_rank.map_or(DpRank::FromBatch, DpRank::Fixed);
+        self.add_engine_ranked(config, at_startup, dp_rank)
+    }
+
+    /// [`add_engine`](Self::add_engine), its events ranked by `dp_rank` (the engine's own
+    /// `dp_rank` then only keys it).
+    pub fn add_engine_ranked(
+        self: &Arc<Self>,
+        config: EngineConfig,
+        at_startup: bool,
+        dp_rank: DpRank,
+    ) -> Result<(), EngineError> {
         config
             .check()
             .map_err(|e| EngineError::Invalid(e.to_string()))?;
@@ -304,14 +346,16 @@ impl Service {
         if let Some(id) = config.worker {
             endpoint = endpoint.with_worker(id);
         }
-        if let Some(rank) = config.dp_rank {
-            endpoint = endpoint.with_dp_rank(rank);
-        }
+        endpoint.dp_rank = dp_rank;
         let mut subscribers = Vec::with_capacity(self.settings.tiers.len());
         for (t, tier) in self.settings.tiers.iter().enumerate() {
+            // Tier `t`'s index holds what this tier and every heavier one hold: a block counts
+            // on a tier when the chain up to it is there or heavier (as Dynamo counts tiers).
             let subscriber_config = SubscriberConfig {
                 map: MapConfig {
-                    mediums: vec![tier.name.clone()],
+                    mediums: (self.settings.tiers[..=t].iter())
+                        .flat_map(Tier::mediums)
+                        .collect(),
                     ..MapConfig::default()
                 },
                 ..SubscriberConfig::default()
@@ -370,10 +414,17 @@ impl Service {
     /// engine nor a topic pod with that id. Blocks for up to about 50 ms per tier while the
     /// engine's threads stop.
     pub fn remove_worker(&self, id: u64) -> bool {
-        let engine = self.engines.lock().unwrap().remove(&id.to_string());
+        let engines: Vec<Engine> = {
+            let mut engines = self.engines.lock().unwrap();
+            let keys: Vec<String> = (engines.iter())
+                .filter(|(_, e)| e.config.worker == Some(id))
+                .map(|(key, _)| key.clone())
+                .collect();
+            keys.iter().filter_map(|key| engines.remove(key)).collect()
+        };
         let known_pod = self.pods.lock().unwrap().remove(&id).is_some();
-        let found = engine.is_some() || known_pod;
-        if let Some(engine) = engine {
+        let found = !engines.is_empty() || known_pod;
+        for engine in engines {
             for (_, subscriber) in engine.subscribers {
                 subscriber.shutdown();
             }
@@ -386,6 +437,27 @@ impl Service {
         found
     }
 
+    /// Stops following the engine known as `key` ([`EngineConfig::key`]), leaving its blocks
+    /// in the indexes. `false` when no engine has that key.
+    pub fn stop_engine(&self, key: &str) -> bool {
+        let Some(engine) = self.engines.lock().unwrap().remove(key) else {
+            return false;
+        };
+        for (_, subscriber) in engine.subscribers {
+            subscriber.shutdown();
+        }
+        true
+    }
+
+    /// Drops every block of `worker` (that id and rank) from every index.
+    pub fn remove_worker_dp_rank(&self, worker: Worker) {
+        for model in self.models() {
+            for tier in &model.tiers {
+                tier.pool.remove_worker_dp_rank(worker);
+            }
+        }
+    }
+
     /// `model`'s matches for `query`: each worker's depth per tier, scored across tiers.
     pub fn query(&self, model: &Model, query: &[LocalHash]) -> QueryAnswer {
         let mut by_worker: BTreeMap<Worker, Vec<u32>> = BTreeMap::new();
@@ -393,6 +465,13 @@ impl Service {
         for (t, tier) in model.tiers.iter().enumerate() {
             for (worker, depth) in tier.pool.find_matches(query).iter() {
                 by_worker.entry(worker).or_insert_with(|| vec![0; tiers])[t] = depth;
+            }
+        }
+        // A tier's depth counts what heavier tiers hold (an index restored from an older
+        // snapshot may hold its own tier's chains only).
+        for depths in by_worker.values_mut() {
+            for t in 1..depths.len() {
+                depths[t] = depths[t].max(depths[t - 1]);
             }
         }
         let mut workers: Vec<WorkerScore> = by_worker
@@ -410,12 +489,9 @@ impl Service {
                     worker: worker.id,
                     dp_rank: worker.dp_rank,
                     depth: covered,
-                    tiers: model
-                        .tiers
-                        .iter()
-                        .zip(&depths)
-                        .filter(|(_, d)| **d > 0)
-                        .map(|(t, d)| (t.tier.name.clone(), *d))
+                    tiers: (model.tiers.iter().enumerate())
+                        .filter(|&(t, _)| depths[t] > t.checked_sub(1).map_or(0, |u| depths[u]))
+                        .map(|(t, tier)| (tier.tier.name.clone(), depths[t]))
                         .collect(),
                     score,
                 }
