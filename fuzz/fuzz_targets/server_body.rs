@@ -1,7 +1,8 @@
 //! The server's request bodies and paths on arbitrary bytes, through its real router (every
 //! layer: body limit, JSON extraction, handlers, the panic catcher). No request may panic a
 //! handler (libFuzzer's panic hook aborts even on a panic the server would catch) or answer 500;
-//! every refusal is a 4xx. Engines are not registered here: `POST /workers` would dial sockets.
+//! every refusal is a 4xx. Dynamo's API (`--dynamo-listen`) gets the same over the same service.
+//! Engines are not registered here: `POST /workers` and `POST /register` would dial sockets.
 #![no_main]
 
 use axum::body::Body;
@@ -9,6 +10,7 @@ use axum::http::{Method, Request, StatusCode, header};
 use clap::Parser;
 use flash_indexer::{Block, Event, LocalHash, SeqHash, Worker, hash};
 use flash_indexer_server::config::{Cli, Settings};
+use flash_indexer_server::dynamo::registry::Registry;
 use flash_indexer_server::service::Service;
 use flash_indexer_server::snapshot::{Contents, IndexDump};
 use libfuzzer_sys::fuzz_target;
@@ -17,8 +19,8 @@ use tower::ServiceExt;
 
 /// One server for the whole run: model `m` (blocks of 4), worker 1 holding the chain of tokens
 /// `0..16` on the GPU.
-fn app() -> &'static (tokio::runtime::Runtime, axum::Router) {
-    static APP: OnceLock<(tokio::runtime::Runtime, axum::Router)> = OnceLock::new();
+fn app() -> &'static (tokio::runtime::Runtime, axum::Router, axum::Router) {
+    static APP: OnceLock<(tokio::runtime::Runtime, axum::Router, axum::Router)> = OnceLock::new();
     APP.get_or_init(|| {
         let cli = Cli::parse_from(["server", "--block-size", "4", "--model", "m"]);
         let service = Service::new(Settings::from_cli(cli).expect("settings"));
@@ -41,7 +43,13 @@ fn app() -> &'static (tokio::runtime::Runtime, axum::Router) {
             .enable_all()
             .build()
             .expect("runtime");
-        (runtime, flash_indexer_server::api::router(service, None))
+        let registry = Arc::new(Registry::new(Arc::clone(&service)));
+        let dynamo = flash_indexer_server::dynamo::router(registry, None);
+        (
+            runtime,
+            flash_indexer_server::api::router(service, None),
+            dynamo,
+        )
     })
 }
 
@@ -49,11 +57,28 @@ fuzz_target!(|data: &[u8]| {
     let Some((&selector, body)) = data.split_first() else {
         return;
     };
-    let request = match selector % 4 {
+    // Selectors 4 and up go to Dynamo's API.
+    let dynamo = selector % 8 >= 4;
+    let request = match selector % 8 {
+        // Dynamo's body routes, that dial nothing.
+        4 | 5 => {
+            let route = [
+                "/query",
+                "/query_by_hash",
+                "/unregister",
+                "/register_peer",
+                "/deregister_peer",
+            ][usize::from(selector / 8) % 5];
+            Request::builder()
+                .method(Method::POST)
+                .uri(route)
+                .header(header::CONTENT_TYPE, "application/json")
+                .body(Body::from(body.to_vec()))
+        }
         // The query route, with and without a JSON content type.
         0 | 1 => {
             let mut builder = Request::builder().method(Method::POST).uri("/query");
-            if selector % 4 == 0 {
+            if selector % 8 == 0 {
                 builder = builder.header(header::CONTENT_TYPE, "application/json");
             }
             builder.body(Body::from(body.to_vec()))
@@ -86,7 +111,8 @@ fuzz_target!(|data: &[u8]| {
     let Ok(request) = request else {
         return;
     };
-    let (runtime, router) = app();
+    let (runtime, ours, dynamo_api) = app();
+    let router = if dynamo { dynamo_api } else { ours };
     let response = runtime
         .block_on(router.clone().oneshot(request))
         .expect("infallible");

@@ -60,7 +60,7 @@ pub fn router(service: Arc<Service>, metrics: Option<PrometheusHandle>) -> Route
 
 /// A handler panicked (a bug: no request should make one): the request answers 500 with the
 /// panic's message, and the server goes on serving.
-fn panicked(payload: Box<dyn std::any::Any + Send + 'static>) -> Response {
+pub(crate) fn panicked(payload: Box<dyn std::any::Any + Send + 'static>) -> Response {
     let what = payload
         .downcast_ref::<&str>()
         .map(|s| (*s).to_owned())
@@ -82,14 +82,14 @@ pub struct ApiError {
 }
 
 impl ApiError {
-    fn new(status: StatusCode, message: impl Into<String>) -> Self {
+    pub(crate) fn new(status: StatusCode, message: impl Into<String>) -> Self {
         ApiError {
             status,
             message: message.into(),
         }
     }
 
-    fn bad(message: impl Into<String>) -> Self {
+    pub(crate) fn bad(message: impl Into<String>) -> Self {
         ApiError::new(StatusCode::BAD_REQUEST, message)
     }
 }
@@ -317,7 +317,12 @@ async fn remove_worker(
 }
 
 async fn health(State(app): State<App>) -> (StatusCode, Json<Value>) {
-    match app.service.health() {
+    health_answer(&app.service)
+}
+
+/// `GET /health`: 200 once ready, else 503 and what the service waits for.
+pub(crate) fn health_answer(service: &Service) -> (StatusCode, Json<Value>) {
+    match service.health() {
         Ok(()) => (StatusCode::OK, Json(json!({ "status": "ready" }))),
         Err(waiting) => (
             StatusCode::SERVICE_UNAVAILABLE,
@@ -327,13 +332,20 @@ async fn health(State(app): State<App>) -> (StatusCode, Json<Value>) {
 }
 
 async fn render_metrics(State(app): State<App>) -> Result<Response, ApiError> {
-    let handle = app.metrics.clone().ok_or_else(|| {
+    metrics_answer(Arc::clone(&app.service), app.metrics.clone()).await
+}
+
+/// `GET /metrics`: the Prometheus text, or 503 without a recorder.
+pub(crate) async fn metrics_answer(
+    service: Arc<Service>,
+    handle: Option<PrometheusHandle>,
+) -> Result<Response, ApiError> {
+    let handle = handle.ok_or_else(|| {
         ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
             "no metrics recorder in this process",
         )
     })?;
-    let service = Arc::clone(&app.service);
     let text = tokio::task::spawn_blocking(move || crate::metrics::render(&service, &handle))
         .await
         .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;

@@ -7,12 +7,14 @@
 //! - [`service`]: one index per model and storage tier, the engines feeding them, scoring;
 //! - [`routing`]: events of engines whose topics name the model, to that model;
 //! - [`api`]: the HTTP routes;
+//! - [`dynamo`]: Dynamo's standalone-indexer routes, on their own address;
 //! - [`snapshot`]: the versioned, checksummed snapshot format and its atomic writes;
 //! - [`metrics`]: Prometheus metrics;
 //! - [`run`]: startup (restore, engines), serving and shutdown.
 
 pub mod api;
 pub mod config;
+pub mod dynamo;
 pub mod metrics;
 pub mod routing;
 pub mod run;

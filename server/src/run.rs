@@ -16,7 +16,8 @@ pub type RunError = Box<dyn std::error::Error + Send + Sync>;
 
 /// Runs the server until SIGINT or SIGTERM: restores the index (from `--peer`, else from the
 /// snapshot directory), starts following the configured engines, serves HTTP on
-/// `settings.listen` (printing `listening on http://ADDR` on stdout once bound), writes a
+/// `settings.listen` (printing `listening on http://ADDR` on stdout once bound) and Dynamo's API
+/// on `settings.dynamo_listen` if set (printing `dynamo api on http://ADDR`), writes a
 /// snapshot every `snapshot_interval`, and a last one after the engines are stopped.
 pub fn serve(settings: Settings) -> Result<(), RunError> {
     let metrics = crate::metrics::install();
@@ -46,10 +47,32 @@ pub fn serve(settings: Settings) -> Result<(), RunError> {
                 settings.snapshot_interval,
             ));
         }
+        let dynamo = match settings.dynamo_listen {
+            Some(address) => {
+                let listener = TcpListener::bind(address)
+                    .await
+                    .map_err(|e| format!("cannot listen on {address} (Dynamo's API): {e}"))?;
+                let address = listener.local_addr()?;
+                println!("dynamo api on http://{address}");
+                tracing::info!(%address, "serving Dynamo's standalone-indexer API");
+                let registry =
+                    Arc::new(crate::dynamo::registry::Registry::new(Arc::clone(&service)));
+                let app = crate::dynamo::router(registry, metrics.clone());
+                Some(tokio::spawn(async move {
+                    axum::serve(listener, app)
+                        .with_graceful_shutdown(shutdown_signal())
+                        .await
+                }))
+            }
+            None => None,
+        };
         let app = crate::api::router(Arc::clone(&service), metrics);
         axum::serve(listener, app)
             .with_graceful_shutdown(shutdown_signal())
             .await?;
+        if let Some(dynamo) = dynamo {
+            dynamo.await??;
+        }
         Ok(())
     });
     runtime.shutdown_timeout(Duration::from_secs(1));

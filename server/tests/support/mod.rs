@@ -9,13 +9,28 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-/// A running `flash-indexer-server`, killed when dropped.
+/// A running `flash-indexer-server`, killed when dropped. Its methods talk to its main address.
 pub struct Server {
     child: Child,
+    client: Client,
+    /// Its Dynamo API, when started with `--dynamo-listen`.
+    dynamo: Option<Client>,
+    stderr: PathBuf,
+}
+
+/// HTTP to one address of a server.
+#[derive(Clone)]
+pub struct Client {
     /// `http://127.0.0.1:PORT`.
     pub url: String,
-    stderr: PathBuf,
     agent: ureq::Agent,
+}
+
+impl std::ops::Deref for Server {
+    type Target = Client;
+    fn deref(&self) -> &Client {
+        &self.client
+    }
 }
 
 /// A fresh directory under the system's temporary one.
@@ -43,10 +58,16 @@ impl Server {
             .stdin(Stdio::null())
             .spawn()
             .expect("the server binary runs");
+        let mut stdout = BufReader::new(child.stdout.take().unwrap());
         let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
+        stdout.read_line(&mut line).unwrap();
+        let dynamo = args.contains(&"--dynamo-listen").then(|| {
+            let mut line = String::new();
+            stdout.read_line(&mut line).unwrap();
+            (line.trim().strip_prefix("dynamo api on "))
+                .unwrap_or_else(|| panic!("no Dynamo API address: {line:?}"))
+                .to_owned()
+        });
         let url = line
             .trim()
             .strip_prefix("listening on ")
@@ -57,16 +78,20 @@ impl Server {
                 )
             })
             .to_owned();
-        let agent = ureq::Agent::config_builder()
+        let agent: ureq::Agent = ureq::Agent::config_builder()
             .http_status_as_error(false)
             .timeout_global(Some(Duration::from_secs(60)))
             .build()
             .into();
+        let client = |url: String| Client {
+            url,
+            agent: agent.clone(),
+        };
         Server {
             child,
-            url,
+            client: client(url),
+            dynamo: dynamo.map(client),
             stderr,
-            agent,
         }
     }
 
@@ -75,6 +100,30 @@ impl Server {
         std::fs::read_to_string(&self.stderr).unwrap_or_default()
     }
 
+    /// Its Dynamo API address.
+    pub fn dynamo(&self) -> &Client {
+        self.dynamo.as_ref().expect("started with --dynamo-listen")
+    }
+
+    /// Waits until `GET /health` says ready.
+    pub fn wait_ready(&self) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let (status, body) = self.get("/health");
+            if status == 200 {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "not ready after 60 s: {body}; log: {}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Client {
     /// `GET path`: status and body.
     pub fn get(&self, path: &str) -> (u16, String) {
         let mut response = self
@@ -138,24 +187,9 @@ impl Server {
             .unwrap();
         response.status().as_u16()
     }
+}
 
-    /// Waits until `GET /health` says ready.
-    pub fn wait_ready(&self) {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            let (status, body) = self.get("/health");
-            if status == 200 {
-                return;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "not ready after 60 s: {body}; log: {}",
-                self.log()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-
+impl Server {
     /// SIGTERM, then waits for a clean exit.
     pub fn terminate(mut self) {
         let pid = self.child.id().to_string();
