@@ -8,12 +8,14 @@
 //! - [`routing`]: events of engines whose topics name the model, to that model;
 //! - [`api`]: the HTTP routes;
 //! - [`dynamo`]: Dynamo's standalone-indexer routes, on their own address;
+//! - [`duplicates`]: counting stores that change nothing;
 //! - [`snapshot`]: the versioned, checksummed snapshot format and its atomic writes;
 //! - [`metrics`]: Prometheus metrics;
 //! - [`run`]: startup (restore, engines), serving and shutdown.
 
 pub mod api;
 pub mod config;
+pub mod duplicates;
 pub mod dynamo;
 pub mod metrics;
 pub mod routing;

@@ -61,6 +61,10 @@ fn observe(service: &Service) {
                 .absolute(count);
             }
             let index = tier.pool.index();
+            if std::sync::Arc::ptr_eq(&tier.pool, &model.tiers[0].pool) {
+                counter!("flash_indexer_duplicate_stores_total", &labels)
+                    .absolute(index.duplicate_stores());
+            }
             gauge!("flash_indexer_workers", &labels).set(index.worker_count() as f64);
             gauge!("flash_indexer_entries", &labels).set(index.entries() as f64);
         }

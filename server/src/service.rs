@@ -17,6 +17,7 @@ use serde::Serialize;
 use xxhash_rust::xxh3::xxh3_64;
 
 use crate::config::{EngineConfig, LayoutChoice, Settings, Tier};
+use crate::duplicates::DuplicateStores;
 use crate::routing::TopicRouter;
 use crate::snapshot::{Contents, IndexDump};
 
@@ -26,6 +27,10 @@ pub trait ServedIndex: KvIndex {
     fn entries(&self) -> usize;
     /// Workers holding at least one block.
     fn worker_count(&self) -> usize;
+    /// Stores that changed nothing, where they are counted ([`DuplicateStores`]).
+    fn duplicate_stores(&self) -> u64 {
+        0
+    }
 }
 
 impl<L: Layout> ServedIndex for Indexer<L> {
@@ -210,16 +215,16 @@ impl Service {
         models
             .entry(name.to_owned())
             .or_insert_with(|| {
-                let tiers = self
-                    .settings
-                    .tiers
-                    .iter()
-                    .map(|tier| TierIndex {
-                        tier: tier.clone(),
-                        pool: Arc::new(WriterPool::new(
-                            new_index(self.settings.layout),
-                            PoolConfig::default(),
-                        )),
+                let tiers = (self.settings.tiers.iter().enumerate())
+                    .map(|(t, tier)| {
+                        let mut index = new_index(self.settings.layout);
+                        if t == 0 {
+                            index = Arc::new(DuplicateStores::new(index));
+                        }
+                        TierIndex {
+                            tier: tier.clone(),
+                            pool: Arc::new(WriterPool::new(index, PoolConfig::default())),
+                        }
                     })
                     .collect();
                 Arc::new(Model {

@@ -311,6 +311,30 @@ fn query_returns_404_for_unknown_model() {
     );
 }
 
+#[test]
+fn duplicate_store_warning_is_exported() {
+    let server = server("dynamo-duplicates", &[]);
+    let mut engine = Engine::bind();
+    register(&server, &mut engine, 7, ROUTING_GROUP);
+    let store = stored(&[711, 712], None, &blocks(&[11, 12]), "GPU", Msg::Nil);
+    engine.publish(vec![store.clone()], 0);
+    engine.publish(vec![store], 0);
+    let expected = "dynamo_kvrouter_kv_cache_event_warnings{warning_kind=\"duplicate_store\"} 1";
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (status, body) = server.dynamo().get("/metrics");
+        assert_eq!(status, 200);
+        if body.lines().any(|line| line == expected) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "duplicate-store warning metric missing from /metrics:\n{body}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// A real PUB socket → subscription → index → HTTP `/query` round trip: a Device-tier and a
 /// `CPU_TIER1` (host-pinned) `BlockStored` chained together show as the per-tier breakdown.
 #[test]

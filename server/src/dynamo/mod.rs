@@ -310,8 +310,27 @@ async fn health(State(app): State<App>) -> (StatusCode, Json<Value>) {
     crate::api::health_answer(app.registry.service())
 }
 
+/// This server's metrics, and Dynamo's name for the one both count: stores that changed nothing.
 async fn render_metrics(State(app): State<App>) -> Result<Response, ApiError> {
-    crate::api::metrics_answer(Arc::clone(app.registry.service()), app.metrics.clone()).await
+    let service = Arc::clone(app.registry.service());
+    let duplicates: u64 = (service.models().iter())
+        .map(|model| model.tiers[0].pool.index().duplicate_stores())
+        .sum();
+    let mut response = crate::api::metrics_answer(service, app.metrics.clone()).await?;
+    let body = std::mem::take(response.body_mut());
+    let mut text = axum::body::to_bytes(body, usize::MAX)
+        .await
+        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?
+        .to_vec();
+    text.extend_from_slice(
+        format!(
+            "# TYPE dynamo_kvrouter_kv_cache_event_warnings counter\n\
+             dynamo_kvrouter_kv_cache_event_warnings{{warning_kind=\"duplicate_store\"}} {duplicates}\n"
+        )
+        .as_bytes(),
+    );
+    *response.body_mut() = axum::body::Body::from(text);
+    Ok(response)
 }
 
 /// Dynamo reopens its access log here; this server writes none, so there is nothing to reopen
