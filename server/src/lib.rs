@@ -9,6 +9,7 @@
 //! - [`api`]: the HTTP routes;
 //! - [`dynamo`]: Dynamo's standalone-indexer routes, on their own address;
 //! - [`duplicates`]: counting stores that change nothing;
+//! - [`fleet`]: the synthetic fleet the load tools query;
 //! - [`snapshot`]: the versioned, checksummed snapshot format and its atomic writes;
 //! - [`metrics`]: Prometheus metrics;
 //! - [`run`]: startup (restore, engines), serving and shutdown.
@@ -17,6 +18,7 @@ pub mod api;
 pub mod config;
 pub mod duplicates;
 pub mod dynamo;
+pub mod fleet;
 pub mod metrics;
 pub mod routing;
 pub mod run;

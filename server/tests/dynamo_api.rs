@@ -277,7 +277,7 @@ fn query_isolates_cache_salts() {
 /// `/query_by_hash` cannot apply a cache salt after token hashes have already been produced.
 #[test]
 fn query_by_hash_rejects_cache_salt() {
-    let server = server("dynamo-salt-refused", &["--model", MODEL]);
+    let server = server("dynamo-salt-refused", &[]);
     for cache_salt in ["tenant-a", ""] {
         let (status, body) = server.dynamo().post(
             "/query_by_hash",
@@ -466,4 +466,21 @@ fn reopen_logs_returns_ok_without_writers() {
     let (status, body) = server.dynamo().post("/reopen_logs", &json!(null));
     assert_eq!(status, 200);
     assert_eq!(body["status"], "ok");
+}
+
+/// Bad bodies get the statuses axum's `Json` gives Dynamo's routes, and change nothing.
+#[test]
+fn bad_query_bodies_get_dynamo_statuses() {
+    let server = server("dynamo-bad-bodies", &[]);
+    let api = server.dynamo();
+    let good = json!({ "token_ids": [1_u32, 2, 3, 4], "model_name": MODEL }).to_string();
+    let (status, _) = api.post_raw("/query", "text/plain", good.as_bytes());
+    assert_eq!(status, 415);
+    let (status, _) = api.post_raw("/query", "application/json", b"{\"token_ids\": [1,");
+    assert_eq!(status, 400);
+    let (status, body) = api.post_raw("/query", "application/json", b"{\"token_ids\": [-1]}");
+    assert_eq!(status, 422, "{body}");
+    // A body that parses gets as far as the partition, which nobody registered.
+    let (status, body) = api.post_raw("/query", "application/json", good.as_bytes());
+    assert_eq!(status, 404, "{body}");
 }

@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 use flash_indexer::{Block, Event, Worker, hash};
+use flash_indexer_server::fleet::{BLOCK_SIZE, Fleet};
 use flash_indexer_server::snapshot::{self, Contents, IndexDump};
 use hdrhistogram::Histogram;
 use plotters::prelude::*;
@@ -53,26 +54,21 @@ struct Args {
     no_write: bool,
 }
 
-const BLOCK_SIZE: usize = 16;
-
-/// Tokens of sequence `s` of worker `w`: one of 4 shared prefixes, then its own blocks.
-fn tokens(w: u64, s: u64, blocks: usize) -> Vec<u32> {
-    let half = blocks / 2 * BLOCK_SIZE;
-    let prefix = (s % 4) as u32;
-    (0..half as u32)
-        .map(|i| prefix * 1_000_000 + i)
-        .chain((0..(blocks * BLOCK_SIZE - half) as u32).map(|i| {
-            let mixed = (w * 1_000 + s).wrapping_mul(0x9e37_79b9) as u32;
-            mixed.wrapping_add(i.wrapping_mul(7919))
-        }))
-        .collect()
+impl Args {
+    fn fleet(&self) -> Fleet {
+        Fleet {
+            workers: self.workers,
+            sequences: self.sequences,
+            blocks: self.blocks,
+        }
+    }
 }
 
 fn fleet(args: &Args) -> Contents {
     let mut events = Vec::new();
     for w in 0..args.workers {
         for s in 0..args.sequences {
-            let locals = hash::local_hashes(&tokens(w, s, args.blocks), BLOCK_SIZE);
+            let locals = hash::local_hashes(&args.fleet().tokens(w, s), BLOCK_SIZE);
             let seqs = hash::seq_hashes(&locals);
             let blocks = locals
                 .iter()
@@ -92,27 +88,9 @@ fn fleet(args: &Args) -> Contents {
     }
 }
 
-/// The `i`-th query: a whole sequence (its worker must come first), one of a sequence's
-/// shared prefix with a new tail, or tokens nobody holds.
+/// The `i`-th query and the worker that must come first, if one must.
 fn query(args: &Args, i: u64) -> (Value, Option<u64>) {
-    let (w, s) = ((i * 7) % args.workers, (i * 13) % args.sequences);
-    let mut tokens = tokens(w, s, args.blocks);
-    let expect = match i % 4 {
-        0 | 1 => Some(w),
-        2 => {
-            let half = tokens.len() / 2;
-            for t in &mut tokens[half..] {
-                *t = t.wrapping_add(1);
-            }
-            None
-        }
-        _ => {
-            for t in &mut tokens {
-                *t = t.wrapping_add(500_000_000);
-            }
-            None
-        }
-    };
+    let (tokens, expect) = args.fleet().query(i);
     (json!({ "model": "default", "tokens": tokens }), expect)
 }
 

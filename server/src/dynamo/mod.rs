@@ -23,10 +23,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+use axum::body::Bytes;
 use axum::extract::rejection::{JsonRejection, QueryRejection};
 use axum::extract::{DefaultBodyLimit, Query, State};
-use axum::http::StatusCode;
-use axum::response::Response;
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use flash_indexer::{LocalHash, hash};
@@ -215,18 +216,75 @@ fn answer(model: &Model, query: &[LocalHash]) -> Json<ScoreResponse> {
     Json(response)
 }
 
+/// The phases of a `/query`, each timed into [`QUERY_PHASE_SECONDS`]: the body decoded, the
+/// tokens hashed, the indexes asked, the answer encoded.
 async fn query(
     State(app): State<App>,
-    body: Result<Json<QueryRequest>, JsonRejection>,
-) -> Result<Json<ScoreResponse>, ApiError> {
-    let Json(request) = body?;
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let clock = Instant::now();
+    let request: QueryRequest = json_body(&headers, &body)?;
+    let parsed = Instant::now();
     let model = partition(&app, &request.model_name, &request.routing_group)?;
     let salt = hash::Salt {
         lora_name: request.lora_name.as_deref(),
         cache_namespace: request.cache_salt.as_deref(),
     };
     let locals = hash::local_hashes_salted(&request.token_ids, model.block_size, salt);
-    Ok(answer(&model, &locals))
+    let hashed = Instant::now();
+    let response = answer::score(&model, &locals);
+    let scored = Instant::now();
+    let bytes = serde_json::to_vec(&response)
+        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
+    let written = Instant::now();
+    for (phase, from, to) in [
+        ("parse", clock, parsed),
+        ("hash", parsed, hashed),
+        ("index", hashed, scored),
+        ("answer", scored, written),
+    ] {
+        histogram!(QUERY_PHASE_SECONDS, "phase" => phase).record((to - from).as_secs_f64());
+    }
+    let labels = [("model", model.name.clone())];
+    histogram!(QUERY_SECONDS, &labels).record((scored - hashed).as_secs_f64());
+    counter!("flash_indexer_queries_total", &labels).increment(1);
+    Ok(([(header::CONTENT_TYPE, "application/json")], bytes).into_response())
+}
+
+/// Time per phase of Dynamo's `/query` (label `phase`: `parse`, `hash`, `index`, `answer`).
+pub const QUERY_PHASE_SECONDS: &str = "flash_indexer_dynamo_query_phase_seconds";
+
+/// A JSON body as axum's `Json` takes it: 415 without a JSON content type, 400 for malformed
+/// JSON, 422 for the wrong fields.
+fn json_body<T: serde::de::DeserializeOwned>(
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Result<T, ApiError> {
+    let json = (headers.get(header::CONTENT_TYPE))
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|mime| {
+            let mime = mime.trim();
+            mime == "application/json"
+                || (mime.starts_with("application/") && mime.ends_with("+json"))
+        });
+    if !json {
+        return Err(ApiError::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "Expected request with `Content-Type: application/json`",
+        ));
+    }
+    serde_json::from_slice(body).map_err(|error| {
+        let status = match error.classify() {
+            serde_json::error::Category::Data => StatusCode::UNPROCESSABLE_ENTITY,
+            _ => StatusCode::BAD_REQUEST,
+        };
+        ApiError::new(
+            status,
+            format!("Failed to parse the request body as JSON: {error}"),
+        )
+    })
 }
 
 async fn query_by_hash(
