@@ -7,6 +7,8 @@ pub mod engine;
 pub mod replay;
 pub mod report;
 pub mod route;
+#[cfg(feature = "dynamo")]
+pub mod service;
 pub mod sweep;
 pub mod trace;
 pub mod workload;

@@ -47,6 +47,48 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
+    /// flash-indexer-server beside Dynamo's standalone indexer (build with `--features dynamo`
+    /// and `cargo build --release -p flash-indexer-server`): the same engines, the same queries
+    /// through Dynamo's API; every answer compared, queries/s and latency at each client count,
+    /// resident memory, our time per query by phase. Writes service.md.
+    #[cfg(feature = "dynamo")]
+    Service {
+        /// Concurrent clients, one load phase each.
+        #[arg(long, value_delimiter = ',', default_value = "1,8,64")]
+        clients: Vec<usize>,
+        /// Seconds of load per service and client count.
+        #[arg(long, default_value_t = 5.0)]
+        seconds: f64,
+        /// Workers (one stand-in engine each).
+        #[arg(long, default_value_t = 32)]
+        workers: u64,
+        /// Sequences per worker.
+        #[arg(long, default_value_t = 100)]
+        sequences: u64,
+        /// Blocks per sequence (16 tokens each).
+        #[arg(long, default_value_t = 64)]
+        blocks: usize,
+        /// Queries whose answers are compared one by one.
+        #[arg(long, default_value_t = 2000)]
+        compared: u64,
+        /// Indexer threads of Dynamo's service.
+        #[arg(long, default_value_t = 2)]
+        dynamo_threads: usize,
+        /// Where service.md goes.
+        #[arg(long, default_value = "papers/figures")]
+        out: PathBuf,
+        /// Print the report only.
+        #[arg(long)]
+        no_write: bool,
+    },
+    /// Serve Dynamo's standalone indexer on a loopback port (what `service` runs beside ours).
+    #[cfg(feature = "dynamo")]
+    #[command(hide = true)]
+    DynamoService {
+        /// Indexer threads.
+        #[arg(long, default_value_t = 2)]
+        threads: usize,
+    },
     /// Turn a trace into a workload file with the mock engines.
     Generate {
         /// A Mooncake-format trace; without it a synthetic one is used.
@@ -590,6 +632,36 @@ fn run(cli: Cli) -> Result<(), String> {
             eprintln!("wrote {source} to {}", out.display());
             Ok(())
         }
+        #[cfg(feature = "dynamo")]
+        Some(Command::Service {
+            clients,
+            seconds,
+            workers,
+            sequences,
+            blocks,
+            compared,
+            dynamo_threads,
+            out,
+            no_write,
+        }) => {
+            let config = flashbench::service::run::Config {
+                clients: clients.clone(),
+                seconds: *seconds,
+                fleet: flash_indexer_server::fleet::Fleet {
+                    workers: *workers,
+                    sequences: *sequences,
+                    blocks: *blocks,
+                },
+                compared: *compared,
+                dynamo_threads: *dynamo_threads,
+                out: (!no_write).then(|| out.clone()),
+            };
+            let report = flashbench::service::run::run(&config)?;
+            println!("{report}");
+            Ok(())
+        }
+        #[cfg(feature = "dynamo")]
+        Some(Command::DynamoService { threads }) => flashbench::service::host::serve(*threads),
         Some(Command::Replay { workload, replay }) => {
             let file = File::open(workload)
                 .map_err(|e| format!("cannot open {}: {e}", workload.display()))?;
