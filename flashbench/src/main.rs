@@ -74,6 +74,9 @@ enum Command {
         /// Indexer threads of Dynamo's service.
         #[arg(long, default_value_t = 2)]
         dynamo_threads: usize,
+        /// Run our server with the GPU tier alone (writes service_gpu_only.md).
+        #[arg(long)]
+        gpu_only: bool,
         /// Where service.md goes.
         #[arg(long, default_value = "papers/figures")]
         out: PathBuf,
@@ -641,6 +644,7 @@ fn run(cli: Cli) -> Result<(), String> {
             blocks,
             compared,
             dynamo_threads,
+            gpu_only,
             out,
             no_write,
         }) => {
@@ -654,6 +658,7 @@ fn run(cli: Cli) -> Result<(), String> {
                 },
                 compared: *compared,
                 dynamo_threads: *dynamo_threads,
+                gpu_only: *gpu_only,
                 out: (!no_write).then(|| out.clone()),
             };
             let report = flashbench::service::run::run(&config)?;

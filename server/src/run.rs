@@ -40,6 +40,7 @@ pub fn serve(settings: Settings) -> Result<(), RunError> {
         let address = listener.local_addr()?;
         println!("listening on http://{address}");
         tracing::info!(%address, layout = %settings.layout, "serving");
+        tokio::spawn(observe_lighter_tiers(Arc::clone(&service)));
         if let Some(dir) = settings.snapshot_dir.clone() {
             tokio::spawn(save_periodically(
                 Arc::clone(&service),
@@ -147,6 +148,18 @@ fn fetch_peer(peer: &str) -> Result<Contents, RunError> {
         .limit(u64::MAX)
         .read_to_vec()?;
     Ok(snapshot::decode(&bytes)?)
+}
+
+/// Looks every 50 ms whether an engine has published on a lighter tier (see
+/// [`Service::queried_tiers`]) until one has.
+async fn observe_lighter_tiers(service: Arc<Service>) {
+    let mut tick = tokio::time::interval(Duration::from_millis(50));
+    loop {
+        tick.tick().await;
+        if service.observe_lighter_tiers() {
+            return;
+        }
+    }
 }
 
 async fn save_periodically(service: Arc<Service>, dir: std::path::PathBuf, every: Duration) {

@@ -113,6 +113,9 @@ pub struct Service {
     pods: Arc<Mutex<BTreeMap<u64, TopicPod>>>,
     restored: AtomicBool,
     ready: AtomicBool,
+    /// Some engine published an event of a tier lighter than the heaviest: until then the
+    /// lighter tiers' indexes hold copies of the heaviest one's blocks, and queries skip them.
+    lighter_tiers: AtomicBool,
     /// When the index was last saved to (or restored from) a snapshot, in ms since the epoch.
     snapshot_at: Mutex<Option<u64>>,
 }
@@ -167,6 +170,7 @@ impl Service {
             pods: Arc::default(),
             restored: AtomicBool::new(false),
             ready: AtomicBool::new(false),
+            lighter_tiers: AtomicBool::new(false),
             snapshot_at: Mutex::new(None),
         });
         let names: Vec<String> = service
@@ -277,6 +281,33 @@ impl Service {
                     Err(_) => refused += 1,
                 }
             }
+        }
+        // A lighter tier that holds a block the heaviest does not was in use.
+        let heaviest: std::collections::HashSet<(String, Worker, flash_indexer::SeqHash)> =
+            (contents.indexes.iter())
+                .filter(|d| {
+                    self.settings
+                        .tiers
+                        .first()
+                        .is_some_and(|t| t.name == d.tier)
+                })
+                .flat_map(|d| d.events.iter().map(move |e| (d, e)))
+                .flat_map(|(d, e)| stored_seqs(e).map(move |seq| (d.model.clone(), e.worker, seq)))
+                .collect();
+        let lighter_used = (contents.indexes.iter())
+            .filter(|d| {
+                self.settings
+                    .tiers
+                    .first()
+                    .is_some_and(|t| t.name != d.tier)
+            })
+            .any(|d| {
+                (d.events.iter()).any(|e| {
+                    stored_seqs(e).any(|seq| !heaviest.contains(&(d.model.clone(), e.worker, seq)))
+                })
+            });
+        if lighter_used {
+            self.lighter_tiers.store(true, Ordering::Relaxed);
         }
         *self.snapshot_at.lock().unwrap() = Some(contents.taken_unix_ms);
         (applied, refused)
@@ -463,11 +494,39 @@ impl Service {
         }
     }
 
+    /// The tiers of `model` a query asks: all of them once some engine has published on a
+    /// lighter tier than the heaviest, else the heaviest alone (the others hold copies of it).
+    pub fn queried_tiers<'m>(&self, model: &'m Model) -> &'m [TierIndex] {
+        if self.lighter_tiers.load(Ordering::Relaxed) {
+            &model.tiers
+        } else {
+            &model.tiers[..1]
+        }
+    }
+
+    /// Looks whether an engine has published on a lighter tier yet (its heaviest tier's
+    /// subscription filtered an event out), and says whether one has. Called periodically;
+    /// once true, stays true.
+    pub fn observe_lighter_tiers(&self) -> bool {
+        if self.lighter_tiers.load(Ordering::Relaxed) {
+            return true;
+        }
+        let seen = (self.engines.lock().unwrap().values()).any(|e| {
+            e.subscribers
+                .first()
+                .is_some_and(|(_, s)| s.stats().filtered_events > 0)
+        });
+        if seen {
+            self.lighter_tiers.store(true, Ordering::Relaxed);
+        }
+        seen
+    }
+
     /// `model`'s matches for `query`: each worker's depth per tier, scored across tiers.
     pub fn query(&self, model: &Model, query: &[LocalHash]) -> QueryAnswer {
         let mut by_worker: BTreeMap<Worker, Vec<u32>> = BTreeMap::new();
         let tiers = model.tiers.len();
-        for (t, tier) in model.tiers.iter().enumerate() {
+        for (t, tier) in self.queried_tiers(model).iter().enumerate() {
             for (worker, depth) in tier.pool.find_matches(query).iter() {
                 by_worker.entry(worker).or_insert_with(|| vec![0; tiers])[t] = depth;
             }
@@ -583,6 +642,15 @@ impl Service {
             }
         }
     }
+}
+
+/// The blocks a stored event stores.
+fn stored_seqs(event: &flash_indexer::Event) -> impl Iterator<Item = flash_indexer::SeqHash> + '_ {
+    let blocks: &[flash_indexer::Block] = match &event.kind {
+        flash_indexer::EventKind::Stored { blocks, .. } => blocks,
+        _ => &[],
+    };
+    blocks.iter().map(|b| b.seq)
 }
 
 /// An engine as `GET /workers` and the metrics see it.

@@ -33,6 +33,9 @@ pub struct Config {
     pub compared: u64,
     /// Indexer threads of Dynamo's service.
     pub dynamo_threads: usize,
+    /// Our server with the GPU tier alone (`[tiers] GPU = 1.0`) instead of its three default
+    /// tiers.
+    pub gpu_only: bool,
     /// Where `service.md` goes, if anywhere.
     pub out: Option<PathBuf>,
 }
@@ -334,12 +337,21 @@ pub fn run(config: &Config) -> Result<String, String> {
             server.display()
         ));
     }
-    let ours = Service::start(
-        "flash-indexer-server",
-        &server,
-        &["--listen", "127.0.0.1:0", "--dynamo-listen", "127.0.0.1:0"],
-        2,
-    )?;
+    let mut args = vec!["--listen", "127.0.0.1:0", "--dynamo-listen", "127.0.0.1:0"];
+    let config_file =
+        std::env::temp_dir().join(format!("flashbench-service-{}.toml", std::process::id()));
+    if config.gpu_only {
+        std::fs::write(&config_file, "[tiers]\nGPU = 1.0\n").map_err(|e| e.to_string())?;
+        args.extend([
+            "--config",
+            config_file.to_str().ok_or("temp dir is not UTF-8")?,
+        ]);
+    }
+    let ours = Service::start("flash-indexer-server", &server, &args, 2);
+    if config.gpu_only {
+        let _ = std::fs::remove_file(&config_file); // Read at startup.
+    }
+    let ours = ours?;
     let threads = config.dynamo_threads.to_string();
     let theirs = Service::start(
         "Dynamo",
@@ -382,7 +394,12 @@ pub fn run(config: &Config) -> Result<String, String> {
     let report = report(config, &agreement, &loads, rss, &phases(&metrics));
     if let Some(dir) = &config.out {
         std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
-        let path = dir.join("service.md");
+        let name = if config.gpu_only {
+            "service_gpu_only.md"
+        } else {
+            "service.md"
+        };
+        let path = dir.join(name);
         std::fs::write(&path, &report).map_err(|e| format!("{}: {e}", path.display()))?;
         eprintln!("wrote {}", path.display());
     }
@@ -404,15 +421,19 @@ fn report(
          `flashbench service`: both services on loopback, each its own process, fed by the same {} \
          stand-in engines over ZeroMQ ({} sequences each of {} blocks of {} tokens; half of each \
          sequence one of 4 shared prefixes) and asked the same `/query` ({} tokens) through \
-         Dynamo's API. Dynamo's service runs {} indexer threads; ours its defaults (radix layout, \
-         three storage tiers). {} s of load per service and client count, the services \
-         alternating.\n",
+         Dynamo's API. Dynamo's service runs {} indexer threads; ours its defaults (radix layout) \
+         with {}. {} s of load per service and client count, the services alternating.\n",
         f.workers,
         f.sequences,
         f.blocks,
         BLOCK_SIZE,
         f.blocks * BLOCK_SIZE,
         config.dynamo_threads,
+        if config.gpu_only {
+            "the GPU tier alone"
+        } else {
+            "its three default storage tiers"
+        },
         config.seconds,
     );
     let _ = writeln!(

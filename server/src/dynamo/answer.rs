@@ -8,7 +8,7 @@ use flash_indexer::LocalHash;
 use serde::Serialize;
 
 use crate::config::MEDIUM_ALIASES;
-use crate::service::Model;
+use crate::service::{Model, TierIndex};
 
 /// What Dynamo's router answers, field for field.
 #[derive(Debug, Default, Serialize)]
@@ -46,15 +46,16 @@ fn class(tier: &str) -> Option<usize> {
     Some(row.min(2))
 }
 
-/// `model`'s answer to `query`, with blocks counted as `model.block_size` tokens.
+/// `model`'s answer to `query` from its indexes `tiers` (those the service queries), with blocks
+/// counted as `model.block_size` tokens.
 ///
 /// A worker's depth on a class is the deepest prefix it holds on that class's tier and the
 /// heavier ones together (each tier's index holds what it and every heavier tier hold), so a
 /// chain that continues on a lighter tier counts as Dynamo counts it.
-pub fn score(model: &Model, query: &[LocalHash]) -> ScoreResponse {
+pub fn score(model: &Model, tiers: &[TierIndex], query: &[LocalHash]) -> ScoreResponse {
     // Per (worker id, rank): the depth on each class.
     let mut depths: BTreeMap<(u64, u32), [u32; 3]> = BTreeMap::new();
-    for tier in &model.tiers {
+    for tier in tiers {
         let Some(class) = class(&tier.tier.name) else {
             continue;
         };

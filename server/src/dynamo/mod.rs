@@ -207,9 +207,9 @@ fn partition(app: &App, model_name: &str, routing_group: &str) -> Result<Arc<Mod
     })
 }
 
-fn answer(model: &Model, query: &[LocalHash]) -> Json<ScoreResponse> {
+fn answer(app: &App, model: &Model, query: &[LocalHash]) -> Json<ScoreResponse> {
     let start = Instant::now();
-    let response = answer::score(model, query);
+    let response = answer::score(model, app.registry.service().queried_tiers(model), query);
     let labels = [("model", model.name.clone())];
     histogram!(QUERY_SECONDS, &labels).record(start.elapsed().as_secs_f64());
     counter!("flash_indexer_queries_total", &labels).increment(1);
@@ -233,7 +233,8 @@ async fn query(
     };
     let locals = hash::local_hashes_salted(&request.token_ids, model.block_size, salt);
     let hashed = Instant::now();
-    let response = answer::score(&model, &locals);
+    let tiers = app.registry.service().queried_tiers(&model);
+    let response = answer::score(&model, tiers, &locals);
     let scored = Instant::now();
     let bytes = serde_json::to_vec(&response)
         .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
@@ -301,7 +302,7 @@ async fn query_by_hash(
     let locals: Vec<LocalHash> = (request.block_hashes.iter())
         .map(|&h| LocalHash(h as u64))
         .collect();
-    Ok(answer(&model, &locals))
+    Ok(answer(&app, &model, &locals))
 }
 
 /// Every model's events per tier, keyed `MODEL:ROUTING_GROUP` as Dynamo keys its dump. The
