@@ -618,29 +618,21 @@ fn ranks_come_from_the_batch_or_are_fixed() {
         data_parallel_rank: rank,
         unknown_events: 0,
     };
-    let from_batch = EventMapper::new(9, MapConfig::default());
-    assert_eq!(
-        from_batch.map(&cleared(Some(2)), 0).events[0].worker,
-        Worker::new(9, 2)
-    );
-    assert_eq!(
-        from_batch.map(&cleared(None), 0).events[0].worker,
-        Worker::new(9, 0)
-    );
-    let fixed = EventMapper::new(9, MapConfig::default()).with_dp_rank(DpRank::Fixed(4));
-    assert_eq!(
-        fixed.map(&cleared(Some(2)), 0).events[0].worker,
-        Worker::new(9, 4)
-    );
-    let registered = EventMapper::new(9, MapConfig::default()).with_dp_rank(DpRank::FromBatchOr(4));
-    assert_eq!(
-        registered.map(&cleared(Some(2)), 0).events[0].worker,
-        Worker::new(9, 2)
-    );
-    assert_eq!(
-        registered.map(&cleared(None), 0).events[0].worker,
-        Worker::new(9, 4)
-    );
+    // (rank policy, the batch's rank, the worker's rank)
+    for (dp_rank, batch_rank, rank) in [
+        (DpRank::FromBatch, Some(2), 2),
+        (DpRank::FromBatch, None, 0),
+        (DpRank::Fixed(4), Some(2), 4),
+        (DpRank::FromBatchOr(4), Some(2), 2),
+        (DpRank::FromBatchOr(4), None, 4),
+    ] {
+        let mapper = EventMapper::new(9, MapConfig::default()).with_dp_rank(dp_rank);
+        assert_eq!(
+            mapper.map(&cleared(batch_rank), 0).events[0].worker,
+            Worker::new(9, rank),
+            "{dp_rank:?} {batch_rank:?}"
+        );
+    }
 }
 
 /// Replays the committed corpus and saved crashes of fuzz target `target` through `run`.
@@ -782,6 +774,30 @@ fn mm_pair(identifier: &str, offset: i64) -> Value {
     Value::Array(vec![Value::from(identifier), Value::from(offset)])
 }
 
+/// Maps `event` as worker `worker`'s engine would publish it (in `encoding`) and applies what
+/// comes out to `index`; nothing may be rejected.
+fn map_and_apply(index: &NaiveIndexer, worker: u64, encoding: Encoding, event: Value) {
+    let batch = decode_batch(&batch_bytes(encoding, vec![event], None), Engine::Vllm).unwrap();
+    let mapped = EventMapper::new(worker, MapConfig::default()).map(&batch, 0);
+    assert_eq!(mapped.rejected, vec![], "{encoding:?} worker {worker}");
+    for event in &mapped.events {
+        index.apply(event).unwrap();
+    }
+}
+
+/// How deep `worker` matches `tokens` (blocks of 16) queried with `features`.
+fn depth_with(
+    index: &NaiveIndexer,
+    tokens: &[u32],
+    features: flash_indexer::hash::Features<'_>,
+    worker: u64,
+) -> u32 {
+    let query = hash::local_hashes_with_features(tokens, 16, &features);
+    (index.find_matches(&query))
+        .get(Worker::new(worker, 0))
+        .unwrap_or(0)
+}
+
 #[test]
 fn extra_keys_key_blocks_as_vllm_does() {
     use flash_indexer::hash::{Features, MmItem, Salt};
@@ -851,21 +867,10 @@ fn extra_keys_key_blocks_as_vllm_does() {
             if worker == 3 && matches!(encoding, Encoding::Array) {
                 continue; // SGLang's `cache_salt` is read by name: map encoding only.
             }
-            let batch =
-                decode_batch(&batch_bytes(encoding, vec![event], None), Engine::Vllm).unwrap();
-            let mapped = EventMapper::new(worker, MapConfig::default()).map(&batch, 0);
-            assert_eq!(mapped.rejected, vec![], "{encoding:?} worker {worker}");
-            for event in &mapped.events {
-                index.apply(event).unwrap();
-            }
+            map_and_apply(&index, worker, encoding, event);
         }
-        let depth = |features: Features<'_>, worker: u64| {
-            let query = hash::local_hashes_with_features(&tokens, 16, &features);
-            index
-                .find_matches(&query)
-                .get(Worker::new(worker, 0))
-                .unwrap_or(0)
-        };
+        let depth =
+            |features: Features<'_>, worker: u64| depth_with(&index, &tokens, features, worker);
         let lora = Salt::lora("adapter");
         let with_image = Features {
             salt: lora,
@@ -987,20 +992,9 @@ fn a_salt_marked_by_dynamo_is_its_namespace_on_every_block() {
             keys,
             vec![],
         );
-        let batch =
-            decode_batch(&batch_bytes(Encoding::Map, vec![event], None), Engine::Vllm).unwrap();
-        let mapped = EventMapper::new(worker, MapConfig::default()).map(&batch, 0);
-        assert_eq!(mapped.rejected, vec![], "worker {worker}");
-        for event in &mapped.events {
-            index.apply(event).unwrap();
-        }
+        map_and_apply(&index, worker, Encoding::Map, event);
     }
-    let depth = |features: Features<'_>, worker: u64| {
-        let query = hash::local_hashes_with_features(&tokens, 16, &features);
-        (index.find_matches(&query))
-            .get(Worker::new(worker, 0))
-            .unwrap_or(0)
-    };
+    let depth = |features: Features<'_>, worker: u64| depth_with(&index, &tokens, features, worker);
     let namespace = |lora_name, cache_namespace| Features {
         salt: Salt {
             lora_name,

@@ -59,15 +59,9 @@ enum Command {
         /// Seconds of load per service and client count.
         #[arg(long, default_value_t = 5.0)]
         seconds: f64,
-        /// Workers (one stand-in engine each).
-        #[arg(long, default_value_t = 32)]
-        workers: u64,
-        /// Sequences per worker.
-        #[arg(long, default_value_t = 100)]
-        sequences: u64,
-        /// Blocks per sequence (16 tokens each).
-        #[arg(long, default_value_t = 64)]
-        blocks: usize,
+        /// The fleet (one stand-in engine per worker).
+        #[command(flatten)]
+        fleet: flash_indexer_server::fleet::Fleet,
         /// Queries whose answers are compared one by one.
         #[arg(long, default_value_t = 2000)]
         compared: u64,
@@ -639,9 +633,7 @@ fn run(cli: Cli) -> Result<(), String> {
         Some(Command::Service {
             clients,
             seconds,
-            workers,
-            sequences,
-            blocks,
+            fleet,
             compared,
             dynamo_threads,
             gpu_only,
@@ -651,11 +643,7 @@ fn run(cli: Cli) -> Result<(), String> {
             let config = flashbench::service::run::Config {
                 clients: clients.clone(),
                 seconds: *seconds,
-                fleet: flash_indexer_server::fleet::Fleet {
-                    workers: *workers,
-                    sequences: *sequences,
-                    blocks: *blocks,
-                },
+                fleet: *fleet,
                 compared: *compared,
                 dynamo_threads: *dynamo_threads,
                 gpu_only: *gpu_only,

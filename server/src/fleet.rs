@@ -6,14 +6,17 @@
 /// Tokens per block of the fleet's model.
 pub const BLOCK_SIZE: usize = 16;
 
-/// The fleet's size.
-#[derive(Clone, Copy, Debug)]
+/// The fleet's size (command-line arguments of the load tools).
+#[derive(Clone, Copy, Debug, clap::Args)]
 pub struct Fleet {
-    /// Workers.
+    /// Workers in the synthetic fleet.
+    #[arg(long, default_value_t = 32)]
     pub workers: u64,
     /// Sequences per worker.
+    #[arg(long, default_value_t = 100)]
     pub sequences: u64,
-    /// Blocks per sequence.
+    /// Blocks per sequence (16 tokens each; the first half is one of 4 shared prefixes).
+    #[arg(long, default_value_t = 64)]
     pub blocks: usize,
 }
 

@@ -34,15 +34,8 @@ struct Args {
     /// Seconds per run, at most.
     #[arg(long, default_value_t = 10)]
     seconds: u64,
-    /// Workers in the synthetic fleet.
-    #[arg(long, default_value_t = 32)]
-    workers: u64,
-    /// Sequences per worker.
-    #[arg(long, default_value_t = 100)]
-    sequences: u64,
-    /// Blocks per sequence (16 tokens each; the first half is one of 4 shared prefixes).
-    #[arg(long, default_value_t = 64)]
-    blocks: usize,
+    #[command(flatten)]
+    fleet: Fleet,
     /// Index layout of the server.
     #[arg(long, default_value = "radix")]
     layout: String,
@@ -54,21 +47,11 @@ struct Args {
     no_write: bool,
 }
 
-impl Args {
-    fn fleet(&self) -> Fleet {
-        Fleet {
-            workers: self.workers,
-            sequences: self.sequences,
-            blocks: self.blocks,
-        }
-    }
-}
-
 fn fleet(args: &Args) -> Contents {
     let mut events = Vec::new();
-    for w in 0..args.workers {
-        for s in 0..args.sequences {
-            let locals = hash::local_hashes(&args.fleet().tokens(w, s), BLOCK_SIZE);
+    for w in 0..args.fleet.workers {
+        for s in 0..args.fleet.sequences {
+            let locals = hash::local_hashes(&args.fleet.tokens(w, s), BLOCK_SIZE);
             let seqs = hash::seq_hashes(&locals);
             let blocks = locals
                 .iter()
@@ -90,7 +73,7 @@ fn fleet(args: &Args) -> Contents {
 
 /// The `i`-th query and the worker that must come first, if one must.
 fn query(args: &Args, i: u64) -> (Value, Option<u64>) {
-    let (tokens, expect) = args.fleet().query(i);
+    let (tokens, expect) = args.fleet.query(i);
     (json!({ "model": "default", "tokens": tokens }), expect)
 }
 
@@ -221,11 +204,11 @@ fn write(out: &Path, args: &Args, runs: &[Run], table: &str) -> Result<(), Strin
          (50% whole sequences, 25% diverging after the prefix, 25% misses; {tokens} tokens a query). \
          Each run stops at {r} requests or {sec} s; clients and server share {cpus} cores.\n\n{table}",
         layout = args.layout,
-        w = args.workers,
-        s = args.sequences,
-        b = args.blocks,
-        h = args.blocks / 2,
-        tokens = args.blocks * BLOCK_SIZE,
+        w = args.fleet.workers,
+        s = args.fleet.sequences,
+        b = args.fleet.blocks,
+        h = args.fleet.blocks / 2,
+        tokens = args.fleet.blocks * BLOCK_SIZE,
         r = args.requests,
         sec = args.seconds,
     );

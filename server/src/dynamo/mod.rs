@@ -119,11 +119,18 @@ async fn register(
         dp_rank: request.dp_rank.unwrap_or(0),
     };
     let registry = Arc::clone(&app.registry);
-    // Sockets are made here: off the async threads.
-    tokio::task::spawn_blocking(move || registry.register(registration))
-        .await
-        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))??;
+    off_async(move || registry.register(registration)).await?;
     Ok((StatusCode::CREATED, Json(json!({ "status": "ok" }))))
+}
+
+/// Runs `f`, which makes or stops sockets, off the async threads.
+async fn off_async(
+    f: impl FnOnce() -> Result<(), RegistryError> + Send + 'static,
+) -> Result<(), ApiError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?
+        .map_err(ApiError::from)
 }
 
 /// The body of `POST /unregister`.
@@ -141,7 +148,7 @@ async fn unregister(
 ) -> Result<Json<Value>, ApiError> {
     let Json(request) = body?;
     let registry = Arc::clone(&app.registry);
-    tokio::task::spawn_blocking(move || {
+    off_async(move || {
         registry.unregister(
             request.instance_id,
             &request.model_name,
@@ -149,8 +156,7 @@ async fn unregister(
             request.dp_rank,
         )
     })
-    .await
-    .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))??;
+    .await?;
     Ok(Json(json!({ "status": "ok" })))
 }
 
