@@ -5,7 +5,8 @@
 //! beside this one), waits until it is ready, then for each client count sends queries from that
 //! many threads, each with its own keep-alive connection, until a fixed number of requests or
 //! seconds is reached. Prints and writes (`--out`, default `papers/figures`) queries per second
-//! and p50 / p99 latency per client count, as `server_load.md` and `server_load.svg`. Every
+//! and p50 / p99 latency per client count, as `server_load.md` and `server_load.svg` (with
+//! `--api dynamo`, through Dynamo's API: `server_load_dynamo.*`). Every
 //! answer must be a 200 whose best worker is the one expected, or the run fails.
 
 use std::path::{Path, PathBuf};
@@ -45,6 +46,18 @@ struct Args {
     /// Print only; write nothing.
     #[arg(long)]
     no_write: bool,
+    /// Which API the queries use: the server's own, or Dynamo's (served with `--dynamo-listen`).
+    #[arg(long, value_enum, default_value = "own")]
+    api: Api,
+}
+
+/// The query API under load.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum Api {
+    /// `POST /query` with `tokens`.
+    Own,
+    /// Dynamo's `POST /query` with `token_ids`, on the Dynamo address.
+    Dynamo,
 }
 
 fn fleet(args: &Args) -> Contents {
@@ -74,7 +87,22 @@ fn fleet(args: &Args) -> Contents {
 /// The `i`-th query and the worker that must come first, if one must.
 fn query(args: &Args, i: u64) -> (Value, Option<u64>) {
     let (tokens, expect) = args.fleet.query(i);
-    (json!({ "model": "default", "tokens": tokens }), expect)
+    let body = match args.api {
+        Api::Own => json!({ "model": "default", "tokens": tokens }),
+        Api::Dynamo => json!({ "model_name": "default", "token_ids": tokens }),
+    };
+    (body, expect)
+}
+
+/// The worker an answer puts first: the best score on our API, the most GPU tokens on Dynamo's.
+fn first_worker(api: Api, answer: &Value) -> Option<u64> {
+    match api {
+        Api::Own => answer["workers"][0]["worker"].as_u64(),
+        Api::Dynamo => (answer["scores"].as_object()?.iter())
+            .filter_map(|(w, ranks)| Some((ranks["0"].as_u64()?, w.parse::<u64>().ok()?)))
+            .max()
+            .map(|(_, w)| w),
+    }
 }
 
 struct Run {
@@ -100,7 +128,7 @@ fn run(url: &str, args: &Args, clients: usize) -> Result<Run, String> {
     let threads: Vec<_> = (0..clients)
         .map(|_| {
             let (sent, queries, url) = (Arc::clone(&sent), Arc::clone(&queries), url.to_owned());
-            let limit = args.requests;
+            let (limit, api) = (args.requests, args.api);
             std::thread::spawn(move || -> Result<Histogram<u64>, String> {
                 let agent: ureq::Agent = ureq::Agent::config_builder()
                     .http_status_as_error(false)
@@ -132,7 +160,7 @@ fn run(url: &str, args: &Args, clients: usize) -> Result<Run, String> {
                     if let Some(w) = expect {
                         let answer: Value =
                             serde_json::from_str(&text).map_err(|e| e.to_string())?;
-                        if answer["workers"][0]["worker"].as_u64() != Some(*w) {
+                        if first_worker(api, &answer) != Some(*w) {
                             return Err(format!("expected worker {w} first: {text}"));
                         }
                     }
@@ -158,7 +186,11 @@ fn run(url: &str, args: &Args, clients: usize) -> Result<Run, String> {
 }
 
 /// Starts the server binary beside this one on `dir`'s snapshot; returns it and its URL.
-fn start_server(dir: &Path, layout: &str) -> Result<(std::process::Child, String), String> {
+fn start_server(
+    dir: &Path,
+    layout: &str,
+    api: Api,
+) -> Result<(std::process::Child, String), String> {
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let server = exe.with_file_name("flash-indexer-server");
     let mut child = Command::new(&server)
@@ -171,6 +203,10 @@ fn start_server(dir: &Path, layout: &str) -> Result<(std::process::Child, String
         ])
         .arg(dir)
         .args(["--snapshot-interval", "3600"])
+        .args(match api {
+            Api::Own => &[][..],
+            Api::Dynamo => &["--dynamo-listen", "127.0.0.1:0"][..],
+        })
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
@@ -180,17 +216,21 @@ fn start_server(dir: &Path, layout: &str) -> Result<(std::process::Child, String
                 server.display()
             )
         })?;
-    let mut line = String::new();
-    std::io::BufRead::read_line(
-        &mut std::io::BufReader::new(child.stdout.take().expect("piped")),
-        &mut line,
-    )
-    .map_err(|e| e.to_string())?;
-    let url = line
-        .trim()
-        .strip_prefix("listening on ")
-        .ok_or_else(|| format!("the server did not start: {line:?}"))?
-        .to_owned();
+    let mut stdout = std::io::BufReader::new(child.stdout.take().expect("piped"));
+    let mut url = String::new();
+    // `listening on URL`, then with Dynamo's API `dynamo api on URL`: the last is the one asked.
+    for prefix in ["listening on ", "dynamo api on "]
+        .iter()
+        .take(1 + usize::from(api == Api::Dynamo))
+    {
+        let mut line = String::new();
+        std::io::BufRead::read_line(&mut stdout, &mut line).map_err(|e| e.to_string())?;
+        url = line
+            .trim()
+            .strip_prefix(prefix)
+            .ok_or_else(|| format!("the server did not start: {line:?}"))?
+            .to_owned();
+    }
     Ok((child, url))
 }
 
@@ -201,7 +241,8 @@ fn write(out: &Path, args: &Args, runs: &[Run], table: &str) -> Result<(), Strin
         "# flash-indexer-server under load\n\nWritten by `cargo run --release -p flash-indexer-server --bin flash-indexer-load`: \
          the server ({layout} layout) restored from a snapshot of {w} workers x {s} sequences x {b} blocks \
          (block size 16; 4 shared prefixes of {h} blocks), queried over loopback HTTP/1.1 with keep-alive \
-         (50% whole sequences, 25% diverging after the prefix, 25% misses; {tokens} tokens a query). \
+         (50% whole sequences, 25% diverging after the prefix, 25% misses; {tokens} tokens a query; \
+         {api}). \
          Each run stops at {r} requests or {sec} s; clients and server share {cpus} cores.\n\n{table}",
         layout = args.layout,
         w = args.fleet.workers,
@@ -211,9 +252,17 @@ fn write(out: &Path, args: &Args, runs: &[Run], table: &str) -> Result<(), Strin
         tokens = args.fleet.blocks * BLOCK_SIZE,
         r = args.requests,
         sec = args.seconds,
+        api = match args.api {
+            Api::Own => "the server's own `/query`",
+            Api::Dynamo => "Dynamo's `/query` on `--dynamo-listen`",
+        },
     );
-    std::fs::write(out.join("server_load.md"), md).map_err(|e| e.to_string())?;
-    plot(&out.join("server_load.svg"), runs).map_err(|e| e.to_string())
+    let name = match args.api {
+        Api::Own => "server_load",
+        Api::Dynamo => "server_load_dynamo",
+    };
+    std::fs::write(out.join(format!("{name}.md")), md).map_err(|e| e.to_string())?;
+    plot(&out.join(format!("{name}.svg")), runs).map_err(|e| e.to_string())
 }
 
 fn plot(path: &Path, runs: &[Run]) -> Result<(), Box<dyn std::error::Error>> {
@@ -284,7 +333,7 @@ fn main() -> std::process::ExitCode {
 fn main_inner(args: &Args) -> Result<(), String> {
     let dir = std::env::temp_dir().join(format!("flash-indexer-load-{}", std::process::id()));
     snapshot::write_atomic(&dir, &snapshot::encode(&fleet(args))).map_err(|e| e.to_string())?;
-    let (mut child, url) = start_server(&dir, &args.layout)?;
+    let (mut child, url) = start_server(&dir, &args.layout, args.api)?;
     let result = (|| {
         let agent: ureq::Agent = ureq::Agent::config_builder()
             .http_status_as_error(false)
