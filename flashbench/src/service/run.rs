@@ -308,21 +308,37 @@ fn load(service: &Service, bodies: &[Vec<u8>], clients: usize, seconds: f64) -> 
     }
 }
 
-/// Our server's mean time per query in each phase of Dynamo's `/query`, in microseconds.
-fn phases(ours_metrics: &str) -> Vec<(String, f64)> {
+/// The phases of our server's Dynamo `/query`, in the order it runs them.
+const PHASES: [&str; 4] = ["parse", "hash", "index", "answer"];
+
+/// Our server's running (sum of seconds, count) for each phase of Dynamo's `/query`.
+fn phase_totals(ours: &Service) -> Result<Vec<(f64, f64)>, String> {
+    let text = get(&agent(), &format!("{}/metrics", ours.url))?;
     let metric = flash_indexer_server::dynamo::QUERY_PHASE_SECONDS;
     let value = |suffix: &str, phase: &str| {
         let prefix = format!("{metric}_{suffix}{{phase=\"{phase}\"}} ");
-        ours_metrics
-            .lines()
+        (text.lines())
             .find_map(|l| l.strip_prefix(&prefix))
             .and_then(|v| v.trim().parse::<f64>().ok())
+            .unwrap_or(0.0)
     };
-    ["parse", "hash", "index", "answer"]
+    Ok(PHASES
         .iter()
-        .filter_map(|&phase| {
-            let (sum, count) = (value("sum", phase)?, value("count", phase)?);
-            (count > 0.0).then(|| (phase.to_owned(), sum / count * 1e6))
+        .map(|&phase| (value("sum", phase), value("count", phase)))
+        .collect())
+}
+
+/// The mean microseconds per query of each phase between two [`phase_totals`].
+fn phase_means(before: &[(f64, f64)], after: &[(f64, f64)]) -> Vec<f64> {
+    before
+        .iter()
+        .zip(after)
+        .map(|(&(s0, c0), &(s1, c1))| {
+            if c1 > c0 {
+                (s1 - s0) / (c1 - c0) * 1e6
+            } else {
+                f64::NAN
+            }
         })
         .collect()
 }
@@ -382,16 +398,19 @@ pub fn run(config: &Config) -> Result<String, String> {
     eprintln!("service: both hold every sequence; comparing answers");
     let agreement = compare_answers(&ours, &theirs, &fleet, config.compared)?;
     let bodies: Vec<Vec<u8>> = (0..4096).map(|i| query_body(&fleet.query(i).0)).collect();
-    let mut loads = Vec::new();
+    let (mut loads, mut phases) = (Vec::new(), Vec::new());
     for &clients in &config.clients {
         for service in [&ours, &theirs] {
             eprintln!("service: {} with {clients} clients", service.name);
+            let before = phase_totals(&ours)?;
             loads.push(load(service, &bodies, clients, config.seconds));
+            if std::ptr::eq(service, &ours) {
+                phases.push((clients, phase_means(&before, &phase_totals(&ours)?)));
+            }
         }
     }
     let rss = (ours.rss_mib(), theirs.rss_mib());
-    let metrics = get(&agent(), &format!("{}/metrics", ours.url))?;
-    let report = report(config, &agreement, &loads, rss, &phases(&metrics));
+    let report = report(config, &agreement, &loads, rss, &phases);
     if let Some(dir) = &config.out {
         std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
         let name = if config.gpu_only {
@@ -411,7 +430,7 @@ fn report(
     agreement: &Agreement,
     loads: &[Load],
     (rss_ours, rss_theirs): (f64, f64),
-    phases: &[(String, f64)],
+    phases: &[(usize, Vec<f64>)],
 ) -> String {
     let f = config.fleet;
     let mut out = String::new();
@@ -489,14 +508,17 @@ fn report(
         "\nResident memory after the load: ours {rss_ours:.1} MiB, Dynamo's {rss_theirs:.1} MiB ({:.2}x).\n",
         rss_ours / rss_theirs
     );
-    if !phases.is_empty() {
-        let _ = writeln!(
-            out,
-            "Our server's mean time per `/query` inside the handler, by phase (every query of the run):\n\n| phase | us |\n|---|---|"
-        );
-        for (phase, us) in phases {
-            let _ = writeln!(out, "| {phase} | {us:.2} |");
-        }
+    let _ = writeln!(
+        out,
+        "Our server's mean time per `/query` inside the handler, by phase, in microseconds (the \
+         rest of a query's latency is HTTP, the connection's wait for a thread, and the client):\n\n\
+         | clients | {} |\n|---|{}",
+        PHASES.join(" | "),
+        "---|".repeat(PHASES.len())
+    );
+    for (clients, means) in phases {
+        let cells: Vec<String> = means.iter().map(|us| format!("{us:.1}")).collect();
+        let _ = writeln!(out, "| {clients} | {} |", cells.join(" | "));
     }
     out
 }
