@@ -11,7 +11,7 @@
 //! mistake removes a block early (an under-count) and never keeps one too long.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::Mutex; // sync-shim: a mapper's own state; ingest is never built under loom
 
 use crate::{EventKind, SeqHash, Worker};
 
