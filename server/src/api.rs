@@ -3,6 +3,7 @@
 //! | route | what |
 //! |---|---|
 //! | `POST /query` | `{"model", "tokens" \| "local_hashes", "lora"?, "namespace"?, "cache_salt"?, "mm"?}`: every worker's matched depth per tier and weighted score, best first |
+//! | `POST /score` | `{"model", "prompt" \| "messages", "pods"?, "add_generation_prompt"?}`: the prompt tokenized with the model's tokenizer, each pod's score (llm-d's `GetPodScores`) |
 //! | `GET /workers` | engines followed (with ingest counters), topic pods, models and their indexes |
 //! | `POST /workers` | follow one more engine: `{"events", "replay"?, "worker", "dp_rank"?, "model"?}` |
 //! | `DELETE /workers/{id}` | stop following worker `id`'s engine and drop its blocks |
@@ -30,8 +31,9 @@ use serde_json::{Value, json};
 use tower_http::catch_panic::CatchPanicLayer;
 
 use crate::config::EngineConfig;
+use crate::llmd::{Prompt, PromptScores, ScoreError, score_prompt};
 use crate::metrics::QUERY_SECONDS;
-use crate::service::{EngineError, QueryAnswer, Service};
+use crate::service::{EngineError, Model, QueryAnswer, Service};
 use crate::snapshot;
 
 /// What the routes share.
@@ -47,6 +49,7 @@ pub fn router(service: Arc<Service>, metrics: Option<PrometheusHandle>) -> Route
     let limit = service.settings().max_request_bytes;
     Router::new()
         .route("/query", post(query))
+        .route("/score", post(score))
         .route("/workers", get(list_workers).post(add_worker))
         .route("/workers/{id}", delete(remove_worker))
         .route("/health", get(health))
@@ -148,23 +151,7 @@ async fn query(
 ) -> Result<Json<QueryAnswer>, ApiError> {
     let Json(request) = body?;
     let service = &app.service;
-    let model = match &request.model {
-        Some(name) => service.model(name).ok_or_else(|| {
-            ApiError::new(
-                StatusCode::NOT_FOUND,
-                format!("unknown model {name:?}; models: {:?}", model_names(service)),
-            )
-        })?,
-        None => match service.models().as_slice() {
-            [only] => Arc::clone(only),
-            _ => {
-                return Err(ApiError::bad(format!(
-                    "name the model: one of {:?}",
-                    model_names(service)
-                )));
-            }
-        },
-    };
+    let model = pick_model(service, request.model.as_deref())?;
     let features_given = request.lora.is_some()
         || request.namespace.is_some()
         || request.cache_salt.is_some()
@@ -210,6 +197,98 @@ async fn query(
     histogram!(QUERY_SECONDS, &labels).record(start.elapsed().as_secs_f64());
     counter!("flash_indexer_queries_total", &labels).increment(1);
     Ok(Json(answer))
+}
+
+/// The model a request names, or the only one when it names none.
+fn pick_model(service: &Service, name: Option<&str>) -> Result<Arc<Model>, ApiError> {
+    match name {
+        Some(name) => service.model(name).ok_or_else(|| {
+            ApiError::new(
+                StatusCode::NOT_FOUND,
+                format!("unknown model {name:?}; models: {:?}", model_names(service)),
+            )
+        }),
+        None => match service.models().as_slice() {
+            [only] => Ok(Arc::clone(only)),
+            _ => Err(ApiError::bad(format!(
+                "name the model: one of {:?}",
+                model_names(service)
+            ))),
+        },
+    }
+}
+
+/// The body of `POST /score`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ScoreRequest {
+    /// Optional when the server has exactly one model.
+    model: Option<String>,
+    /// Completion text, encoded with the tokenizer's special tokens.
+    prompt: Option<String>,
+    /// A chat conversation (OpenAI's shape), rendered through the model's chat template.
+    messages: Option<Value>,
+    /// With `messages`: open the assistant's turn at the end (vLLM's default: true).
+    add_generation_prompt: Option<bool>,
+    /// The pods to score (every pod holding a prefix when absent or empty).
+    pods: Option<Vec<String>>,
+}
+
+async fn score(
+    State(app): State<App>,
+    body: Result<Json<ScoreRequest>, JsonRejection>,
+) -> Result<Json<PromptScores>, ApiError> {
+    let Json(request) = body?;
+    let model = pick_model(&app.service, request.model.as_deref())?;
+    match (&request.prompt, &request.messages) {
+        (Some(_), Some(_)) => {
+            return Err(ApiError::bad(
+                "give either \"prompt\" or \"messages\", not both",
+            ));
+        }
+        (None, None) => return Err(ApiError::bad("give \"prompt\" or \"messages\"")),
+        (None, Some(messages)) if !messages.is_array() => {
+            return Err(ApiError::bad(
+                "\"messages\" is a list of {\"role\", \"content\"} objects",
+            ));
+        }
+        (Some(_), None) if request.add_generation_prompt.is_some() => {
+            return Err(ApiError::bad(
+                "\"add_generation_prompt\" goes with \"messages\"",
+            ));
+        }
+        _ => {}
+    }
+    let service = Arc::clone(&app.service);
+    let start = Instant::now();
+    // Tokenizing is CPU work: off the async threads.
+    let scored = tokio::task::spawn_blocking(move || {
+        // Checked above: one of the two, `messages` a list.
+        let prompt = match &request.prompt {
+            Some(text) => Prompt::Text(text),
+            None => Prompt::Messages(
+                request.messages.as_ref().unwrap_or(&Value::Null),
+                request.add_generation_prompt.unwrap_or(true),
+            ),
+        };
+        score_prompt(
+            &service,
+            &model,
+            prompt,
+            request.pods.as_deref().unwrap_or(&[]),
+        )
+    })
+    .await
+    .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
+    let scores = scored.map_err(|e| match e {
+        ScoreError::NoTokenizer(_) => {
+            ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, e.to_string())
+        }
+        ScoreError::Prompt(_) => ApiError::bad(e.to_string()),
+    })?;
+    let labels = [("model", scores.model.clone())];
+    histogram!(crate::metrics::SCORE_SECONDS, &labels).record(start.elapsed().as_secs_f64());
+    Ok(Json(scores))
 }
 
 fn model_names(service: &Service) -> Vec<String> {

@@ -5,10 +5,13 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
 use serde::Deserialize;
+
+use crate::prompt::{DEFAULT_PREFIX_STORE_BYTES, Prompter};
 
 /// The model of engines and queries that name none.
 pub const DEFAULT_MODEL: &str = "default";
@@ -62,6 +65,10 @@ pub struct Cli {
     /// not served].
     #[arg(long, value_name = "ADDR")]
     pub dynamo_listen: Option<SocketAddr>,
+    /// Also serve llm-d's `indexer.v1.IndexerService` (`GetPodScores`) over gRPC on this
+    /// address [default: not served].
+    #[arg(long, value_name = "ADDR")]
+    pub grpc_listen: Option<SocketAddr>,
     /// Directory of the index snapshot: restored at startup, written periodically and on shutdown.
     #[arg(long, value_name = "DIR")]
     pub snapshot_dir: Option<PathBuf>,
@@ -99,6 +106,7 @@ pub struct Cli {
 /// ```toml
 /// listen = "0.0.0.0:8080"
 /// dynamo_listen = "0.0.0.0:8090"
+/// grpc_listen = "0.0.0.0:50051"
 /// snapshot_dir = "/var/lib/flash-indexer"
 /// snapshot_interval_secs = 60
 /// layout = "radix"
@@ -110,11 +118,13 @@ pub struct Cli {
 /// [[models]]
 /// name = "Qwen/Qwen3-8B"
 /// block_size = 16
+/// tokenizer = "/models/Qwen3-8B"   # its tokenizer.json (and tokenizer_config.json)
 ///
 /// [[engines]]
 /// events = "tcp://10.0.0.5:5557"
 /// replay = "tcp://10.0.0.5:5558"
 /// worker = 5
+/// pod = "qwen-0"
 /// model = "Qwen/Qwen3-8B"
 /// ```
 #[derive(Debug, Default, Deserialize)]
@@ -124,6 +134,8 @@ pub struct FileConfig {
     pub listen: Option<SocketAddr>,
     /// As `--dynamo-listen`.
     pub dynamo_listen: Option<SocketAddr>,
+    /// As `--grpc-listen`.
+    pub grpc_listen: Option<SocketAddr>,
     /// As `--snapshot-dir`.
     pub snapshot_dir: Option<PathBuf>,
     /// As `--snapshot-interval`.
@@ -154,6 +166,13 @@ pub struct ModelConfig {
     pub name: String,
     /// Tokens per KV block, to hash queries given as tokens.
     pub block_size: usize,
+    /// The model's Hugging Face tokenizer, to score prompts: a `tokenizer.json`, or the
+    /// directory holding it (its `tokenizer_config.json` gives the chat template).
+    #[serde(default)]
+    pub tokenizer: Option<PathBuf>,
+    /// Bytes of tokenized prompt prefixes kept for the model [default: 64 MiB].
+    #[serde(default)]
+    pub prefix_store_bytes: Option<usize>,
 }
 
 /// An engine: where its events come from, which worker and model they belong to. The body of
@@ -172,6 +191,10 @@ pub struct EngineConfig {
     /// A fixed data-parallel rank, for engines that publish each rank on its own socket.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dp_rank: Option<u32>,
+    /// The pod name prompt scores give the worker (llm-d's pod identifier). Without one, a
+    /// worker is named after its topic's pod, else by its id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod: Option<String>,
     /// The model its events are indexed under. Without one: the model named in each message's
     /// topic (`kv@POD@MODEL`) when the worker comes from the topic too, else `default`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -211,6 +234,7 @@ impl EngineConfig {
             replay,
             worker,
             dp_rank: None,
+            pod: None,
             model: model.map(str::to_owned),
         };
         engine.check()?;
@@ -234,6 +258,18 @@ impl EngineConfig {
         }
         if self.model.as_deref() == Some("") {
             return Err(bad("the model name is empty".to_owned()));
+        }
+        match (&self.pod, self.worker) {
+            (Some(pod), _) if pod.is_empty() => {
+                return Err(bad("the pod name is empty".to_owned()));
+            }
+            (Some(_), None) => {
+                return Err(bad(
+                    "a pod name needs a worker id (without one, each topic's pod names the worker)"
+                        .to_owned(),
+                ));
+            }
+            _ => {}
         }
         Ok(())
     }
@@ -297,6 +333,8 @@ pub struct Settings {
     pub listen: SocketAddr,
     /// Where Dynamo's standalone-indexer API is served, if anywhere.
     pub dynamo_listen: Option<SocketAddr>,
+    /// Where llm-d's gRPC indexer service is served, if anywhere.
+    pub grpc_listen: Option<SocketAddr>,
     /// Where snapshots live, if anywhere.
     pub snapshot_dir: Option<PathBuf>,
     /// Time between periodic snapshots.
@@ -313,6 +351,8 @@ pub struct Settings {
     pub tiers: Vec<Tier>,
     /// Block size per model.
     pub models: BTreeMap<String, usize>,
+    /// Tokenizers of the models that have one, to score prompts.
+    pub prompters: BTreeMap<String, Arc<Prompter>>,
     /// Engines to subscribe to at startup.
     pub engines: Vec<EngineConfig>,
 }
@@ -336,8 +376,18 @@ impl Settings {
             .or(file.block_size)
             .unwrap_or(DEFAULT_BLOCK_SIZE);
         let mut models = BTreeMap::new();
+        let mut prompters = BTreeMap::new();
         for m in file.models {
             check_block_size(m.block_size)?;
+            if let Some(path) = &m.tokenizer {
+                let bytes = m.prefix_store_bytes.unwrap_or(DEFAULT_PREFIX_STORE_BYTES);
+                let prompter = Prompter::load(path, bytes)
+                    .map_err(|why| ConfigError::Invalid(format!("model {}: {why}", m.name)))?;
+                if let Some(why) = prompter.store_unused() {
+                    tracing::warn!(model = %m.name, "no prefix store for this tokenizer: {why}");
+                }
+                prompters.insert(m.name.clone(), Arc::new(prompter));
+            }
             models.insert(m.name, m.block_size);
         }
         check_block_size(default_block_size)?;
@@ -363,6 +413,7 @@ impl Settings {
                 .or(file.listen)
                 .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 8080))),
             dynamo_listen: cli.dynamo_listen.or(file.dynamo_listen),
+            grpc_listen: cli.grpc_listen.or(file.grpc_listen),
             snapshot_dir: cli.snapshot_dir.or(file.snapshot_dir),
             snapshot_interval: Duration::from_secs(
                 cli.snapshot_interval
@@ -379,6 +430,7 @@ impl Settings {
             default_block_size,
             tiers: check_tiers(tiers)?,
             models,
+            prompters,
             engines,
         })
     }
@@ -522,6 +574,14 @@ mod tests {
         assert_eq!(s.engines[0].fixed_model(), None, "the topic names it");
         assert_eq!(s.engines[1].fixed_model(), Some(DEFAULT_MODEL));
         assert!(settings(&["--engine", "udp://a:1"]).is_err());
+        let mut engine = EngineConfig::parse("3=tcp://a:1", None).unwrap();
+        engine.pod = Some("pod-3".into());
+        assert!(engine.check().is_ok());
+        engine.pod = Some(String::new());
+        assert!(engine.check().is_err());
+        engine.pod = Some("pod-3".into());
+        engine.worker = None;
+        assert!(engine.check().is_err(), "a pod name needs a worker id");
         assert!(settings(&["--engine", "tcp://"]).is_err());
     }
 

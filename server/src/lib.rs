@@ -8,6 +8,8 @@
 //! - [`routing`]: events of engines whose topics name the model, to that model;
 //! - [`api`]: the HTTP routes;
 //! - [`dynamo`]: Dynamo's standalone-indexer routes, on their own address;
+//! - [`llmd`]: prompts scored per pod, llm-d's `GetPodScores` over gRPC and `POST /score`;
+//! - [`prompt`]: a model's tokenizer, chat template and prefix store;
 //! - [`duplicates`]: counting stores that change nothing;
 //! - [`fleet`]: the synthetic fleet the load tools query;
 //! - [`snapshot`]: the versioned, checksummed snapshot format and its atomic writes;
@@ -19,7 +21,9 @@ pub mod config;
 pub mod duplicates;
 pub mod dynamo;
 pub mod fleet;
+pub mod llmd;
 pub mod metrics;
+pub mod prompt;
 pub mod routing;
 pub mod run;
 pub mod service;

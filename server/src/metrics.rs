@@ -12,6 +12,9 @@ use crate::service::{EngineStatus, Service, now_unix_ms};
 /// The query latency histogram.
 pub const QUERY_SECONDS: &str = "flash_indexer_query_duration_seconds";
 
+/// The latency histogram of prompt scores (`POST /score`), tokenizing included.
+pub const SCORE_SECONDS: &str = "flash_indexer_score_duration_seconds";
+
 /// Installs the Prometheus recorder for this process; `None` if one is installed already.
 pub fn install() -> Option<PrometheusHandle> {
     let buckets = [

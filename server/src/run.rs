@@ -1,5 +1,6 @@
 //! The server's life: restore, follow the engines, serve, and save on the way out.
 
+use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,7 +18,8 @@ pub type RunError = Box<dyn std::error::Error + Send + Sync>;
 /// Runs the server until SIGINT or SIGTERM: restores the index (from `--peer`, else from the
 /// snapshot directory), starts following the configured engines, serves HTTP on
 /// `settings.listen` (printing `listening on http://ADDR` on stdout once bound) and Dynamo's API
-/// on `settings.dynamo_listen` if set (printing `dynamo api on http://ADDR`), writes a
+/// on `settings.dynamo_listen` if set (printing `dynamo api on http://ADDR`), llm-d's gRPC
+/// service on `settings.grpc_listen` if set (printing `grpc on ADDR`), writes a
 /// snapshot every `snapshot_interval`, and a last one after the engines are stopped.
 pub fn serve(settings: Settings) -> Result<(), RunError> {
     let metrics = crate::metrics::install();
@@ -50,12 +52,7 @@ pub fn serve(settings: Settings) -> Result<(), RunError> {
         }
         let dynamo = match settings.dynamo_listen {
             Some(address) => {
-                let listener = TcpListener::bind(address)
-                    .await
-                    .map_err(|e| format!("cannot listen on {address} (Dynamo's API): {e}"))?;
-                let address = listener.local_addr()?;
-                println!("dynamo api on http://{address}");
-                tracing::info!(%address, "serving Dynamo's standalone-indexer API");
+                let listener = bind(address, "Dynamo's API", "dynamo api on http://").await?;
                 let registry =
                     Arc::new(crate::dynamo::registry::Registry::new(Arc::clone(&service)));
                 let app = crate::dynamo::router(registry, metrics.clone());
@@ -67,12 +64,28 @@ pub fn serve(settings: Settings) -> Result<(), RunError> {
             }
             None => None,
         };
+        let grpc = match settings.grpc_listen {
+            Some(address) => {
+                let listener = bind(address, "llm-d's gRPC indexer", "grpc on ").await?;
+                let incoming = tonic::transport::server::TcpIncoming::from(listener);
+                let indexer = crate::llmd::grpc::server(Arc::clone(&service));
+                Some(tokio::spawn(
+                    tonic::transport::Server::builder()
+                        .add_service(indexer)
+                        .serve_with_incoming_shutdown(incoming, shutdown_signal()),
+                ))
+            }
+            None => None,
+        };
         let app = crate::api::router(Arc::clone(&service), metrics);
         axum::serve(listener, app)
             .with_graceful_shutdown(shutdown_signal())
             .await?;
         if let Some(dynamo) = dynamo {
             dynamo.await??;
+        }
+        if let Some(grpc) = grpc {
+            grpc.await?.map_err(|e| format!("gRPC: {e}"))?;
         }
         Ok(())
     });
@@ -83,6 +96,17 @@ pub fn serve(settings: Settings) -> Result<(), RunError> {
         save(&service, dir);
     }
     served
+}
+
+/// Binds a second address of the server, printing `{line}ADDR` on stdout once bound.
+async fn bind(address: SocketAddr, what: &str, line: &str) -> Result<TcpListener, RunError> {
+    let listener = TcpListener::bind(address)
+        .await
+        .map_err(|e| format!("cannot listen on {address} ({what}): {e}"))?;
+    let address = listener.local_addr()?;
+    println!("{line}{address}");
+    tracing::info!(%address, "serving {what}");
+    Ok(listener)
 }
 
 /// Fills the index from the peer, or failing that from the snapshot directory. A snapshot that

@@ -18,6 +18,7 @@ use xxhash_rust::xxh3::xxh3_64;
 
 use crate::config::{EngineConfig, LayoutChoice, Settings, Tier};
 use crate::duplicates::DuplicateStores;
+use crate::prompt::Prompter;
 use crate::routing::TopicRouter;
 use crate::snapshot::{Contents, IndexDump};
 
@@ -66,6 +67,8 @@ pub struct Model {
     pub block_size: usize,
     /// Its tiers, in the settings' order (heaviest first).
     pub tiers: Vec<TierIndex>,
+    /// Its tokenizer, to score prompts, if the configuration names one.
+    pub prompter: Option<Arc<Prompter>>,
 }
 
 /// An engine the server follows: one subscriber per tier, each keeping that tier's events.
@@ -235,6 +238,7 @@ impl Service {
                     name: name.to_owned(),
                     block_size: block_size.unwrap_or_else(|| self.settings.block_size(name)),
                     tiers,
+                    prompter: self.settings.prompters.get(name).cloned(),
                 })
             })
             .clone()
@@ -626,6 +630,20 @@ impl Service {
     /// Pods named in topics, by worker id.
     pub fn pods(&self) -> BTreeMap<u64, TopicPod> {
         self.pods.lock().unwrap().clone()
+    }
+
+    /// Pod names and their worker ids: the pods named in topics, and the `pod` of each engine
+    /// configured with a worker id (which wins over a topic pod of the same name).
+    pub fn pod_names(&self) -> BTreeMap<String, u64> {
+        let mut names: BTreeMap<String, u64> = (self.pods.lock().unwrap().iter())
+            .map(|(&id, pod)| (pod.pod.clone(), id))
+            .collect();
+        for engine in self.engines.lock().unwrap().values() {
+            if let (Some(pod), Some(id)) = (&engine.config.pod, engine.config.worker) {
+                names.insert(pod.clone(), id);
+            }
+        }
+        names
     }
 
     /// The model the topic of worker `id` named, if a topic named it.

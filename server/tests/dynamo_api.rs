@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use flash_indexer::hash;
 use rmpv::Value as Msg;
 use serde_json::{Value, json};
-use support::{Client, Server, temp_dir};
+use support::{Client, Engine, Server, temp_dir};
 
 const BLOCK_SIZE: u32 = 4;
 const MODEL: &str = "test-model";
@@ -29,40 +29,6 @@ fn server(name: &str, extra: &[&str]) -> Server {
     let server = Server::start(&temp_dir(name), name, &args);
     server.wait_ready();
     server
-}
-
-/// A stand-in engine: a bound PUB socket publishing vLLM's event batches.
-struct Engine {
-    socket: zmq::Socket,
-    endpoint: String,
-    seq: u64,
-    _context: zmq::Context,
-}
-
-impl Engine {
-    fn bind() -> Engine {
-        let context = zmq::Context::new();
-        let socket = context.socket(zmq::PUB).unwrap();
-        socket.set_linger(0).unwrap();
-        socket.bind("tcp://127.0.0.1:*").unwrap();
-        let endpoint = socket.get_last_endpoint().unwrap().unwrap();
-        Engine {
-            socket,
-            endpoint,
-            seq: 0,
-            _context: context,
-        }
-    }
-
-    /// One batch `[ts, events, dp_rank]` as the frames `[topic, seq, payload]`.
-    fn publish(&mut self, events: Vec<Msg>, dp_rank: u32) {
-        let batch = Msg::Array(vec![Msg::F64(0.0), Msg::Array(events), Msg::from(dp_rank)]);
-        let mut payload = Vec::new();
-        rmpv::encode::write_value(&mut payload, &batch).unwrap();
-        let frames: [&[u8]; 3] = [b"", &self.seq.to_be_bytes(), &payload];
-        self.socket.send_multipart(frames, 0).unwrap();
-        self.seq += 1;
-    }
 }
 
 /// vLLM 0.33's `BlockStored`, positional: hashes, parent, tokens, block size, LoRA id, medium,

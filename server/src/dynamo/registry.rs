@@ -141,6 +141,7 @@ impl Registry {
             replay: replay_endpoint,
             worker: Some(instance_id),
             dp_rank: Some(dp_rank),
+            pod: None,
             model: Some(model.clone()),
         };
         engine

@@ -15,6 +15,8 @@ pub struct Server {
     client: Client,
     /// Its Dynamo API, when started with `--dynamo-listen`.
     dynamo: Option<Client>,
+    /// Its gRPC address (`http://127.0.0.1:PORT`), when started with `--grpc-listen`.
+    grpc: Option<String>,
     stderr: PathBuf,
 }
 
@@ -68,6 +70,13 @@ impl Server {
                 .unwrap_or_else(|| panic!("no Dynamo API address: {line:?}"))
                 .to_owned()
         });
+        let grpc = args.contains(&"--grpc-listen").then(|| {
+            let mut line = String::new();
+            stdout.read_line(&mut line).unwrap();
+            let address = (line.trim().strip_prefix("grpc on "))
+                .unwrap_or_else(|| panic!("no gRPC address: {line:?}"));
+            format!("http://{address}")
+        });
         let url = line
             .trim()
             .strip_prefix("listening on ")
@@ -91,6 +100,7 @@ impl Server {
             child,
             client: client(url),
             dynamo: dynamo.map(client),
+            grpc,
             stderr,
         }
     }
@@ -103,6 +113,11 @@ impl Server {
     /// Its Dynamo API address.
     pub fn dynamo(&self) -> &Client {
         self.dynamo.as_ref().expect("started with --dynamo-listen")
+    }
+
+    /// Its gRPC address, `http://127.0.0.1:PORT`.
+    pub fn grpc(&self) -> &str {
+        self.grpc.as_deref().expect("started with --grpc-listen")
     }
 
     /// Waits until `GET /health` says ready.
@@ -120,6 +135,51 @@ impl Server {
             );
             std::thread::sleep(Duration::from_millis(50));
         }
+    }
+}
+
+/// A stand-in engine: a bound PUB socket publishing vLLM's msgpack event batches under one
+/// topic.
+pub struct Engine {
+    socket: zmq::Socket,
+    /// Its `tcp://127.0.0.1:PORT`.
+    pub endpoint: String,
+    topic: Vec<u8>,
+    seq: u64,
+    _context: zmq::Context,
+}
+
+impl Engine {
+    /// An engine publishing without a topic.
+    pub fn bind() -> Engine {
+        Engine::with_topic("")
+    }
+
+    /// An engine publishing under `topic` (e.g. `kv@POD@MODEL`).
+    pub fn with_topic(topic: &str) -> Engine {
+        let context = zmq::Context::new();
+        let socket = context.socket(zmq::PUB).unwrap();
+        socket.set_linger(0).unwrap();
+        socket.bind("tcp://127.0.0.1:*").unwrap();
+        let endpoint = socket.get_last_endpoint().unwrap().unwrap();
+        Engine {
+            socket,
+            endpoint,
+            topic: topic.as_bytes().to_vec(),
+            seq: 0,
+            _context: context,
+        }
+    }
+
+    /// One batch `[ts, events, dp_rank]` as the frames `[topic, seq, payload]`.
+    pub fn publish(&mut self, events: Vec<rmpv::Value>, dp_rank: u32) {
+        use rmpv::Value as Msg;
+        let batch = Msg::Array(vec![Msg::F64(0.0), Msg::Array(events), Msg::from(dp_rank)]);
+        let mut payload = Vec::new();
+        rmpv::encode::write_value(&mut payload, &batch).unwrap();
+        let frames: [&[u8]; 3] = [&self.topic, &self.seq.to_be_bytes(), &payload];
+        self.socket.send_multipart(frames, 0).unwrap();
+        self.seq += 1;
     }
 }
 
