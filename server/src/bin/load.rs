@@ -6,8 +6,10 @@
 //! many threads, each with its own keep-alive connection, until a fixed number of requests or
 //! seconds is reached. Prints and writes (`--out`, default `papers/figures`) queries per second
 //! and p50 / p99 latency per client count, as `server_load.md` and `server_load.svg` (with
-//! `--api dynamo`, through Dynamo's API: `server_load_dynamo.*`). Every
-//! answer must be a 200 whose best worker is the one expected, or the run fails.
+//! `--api dynamo`, through Dynamo's API: `server_load_dynamo.*`; with `--api prompt`, prompt
+//! text through `POST /score`, tokenized by a BPE tokenizer trained on the fleet's text at
+//! start: `server_load_prompt.*`). Every answer must be a 200 whose best worker is the one
+//! expected, or the run fails.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -18,6 +20,7 @@ use std::time::{Duration, Instant};
 use clap::Parser;
 use flash_indexer::{Block, Event, Worker, hash};
 use flash_indexer_server::fleet::{BLOCK_SIZE, Fleet};
+use flash_indexer_server::prompt::{Prompter, train_tokenizer};
 use flash_indexer_server::snapshot::{self, Contents, IndexDump};
 use hdrhistogram::Histogram;
 use plotters::prelude::*;
@@ -58,13 +61,58 @@ enum Api {
     Own,
     /// Dynamo's `POST /query` with `token_ids`, on the Dynamo address.
     Dynamo,
+    /// `POST /score` with `prompt` text, tokenized by the server.
+    Prompt,
 }
 
-fn fleet(args: &Args) -> Contents {
+impl Api {
+    fn path(self) -> &'static str {
+        match self {
+            Api::Own | Api::Dynamo => "/query",
+            Api::Prompt => "/score",
+        }
+    }
+
+    fn suffix(self) -> &'static str {
+        match self {
+            Api::Own => "",
+            Api::Dynamo => "_dynamo",
+            Api::Prompt => "_prompt",
+        }
+    }
+}
+
+/// Trains the prompt API's tokenizer on the fleet's text into `dir/model` and writes
+/// `dir/config.toml` naming it for model `default`.
+fn prompt_model(dir: &Path, args: &Args) -> Result<Prompter, String> {
+    let model = dir.join("model");
+    let corpus: Vec<String> = (0..args.fleet.workers.min(8))
+        .flat_map(|w| (0..args.fleet.sequences.min(8)).map(move |s| (w, s)))
+        .map(|(w, s)| args.fleet.text(w, s))
+        .collect();
+    train_tokenizer(&model, &corpus, 2_000, false, None)?;
+    let config = format!(
+        "[[models]]\nname = \"default\"\nblock_size = {BLOCK_SIZE}\ntokenizer = {:?}\n",
+        model.display().to_string()
+    );
+    std::fs::write(dir.join("config.toml"), config).map_err(|e| e.to_string())?;
+    Prompter::load(&model, 0)
+}
+
+/// The fleet's blocks; with a tokenizer, those of its text's tokens.
+fn fleet(args: &Args, prompter: Option<&Prompter>) -> Result<Contents, String> {
     let mut events = Vec::new();
     for w in 0..args.fleet.workers {
         for s in 0..args.fleet.sequences {
-            let locals = hash::local_hashes(&args.fleet.tokens(w, s), BLOCK_SIZE);
+            let tokens = match prompter {
+                Some(p) => {
+                    (p.encode_prompt(&args.fleet.text(w, s)))
+                        .map_err(|e| e.to_string())?
+                        .0
+                }
+                None => args.fleet.tokens(w, s),
+            };
+            let locals = hash::local_hashes(&tokens, BLOCK_SIZE);
             let seqs = hash::seq_hashes(&locals);
             let blocks = locals
                 .iter()
@@ -74,22 +122,26 @@ fn fleet(args: &Args) -> Contents {
             events.push(Event::stored(Worker::new(w, 0), 0, None, blocks));
         }
     }
-    Contents {
+    Ok(Contents {
         taken_unix_ms: 0,
         indexes: vec![IndexDump {
             model: "default".into(),
             tier: "GPU".into(),
             events,
         }],
-    }
+    })
 }
 
 /// The `i`-th query and the worker that must come first, if one must.
 fn query(args: &Args, i: u64) -> (Value, Option<u64>) {
+    if args.api == Api::Prompt {
+        let (text, expect) = args.fleet.query_text(i);
+        return (json!({ "model": "default", "prompt": text }), expect);
+    }
     let (tokens, expect) = args.fleet.query(i);
     let body = match args.api {
-        Api::Own => json!({ "model": "default", "tokens": tokens }),
         Api::Dynamo => json!({ "model_name": "default", "token_ids": tokens }),
+        _ => json!({ "model": "default", "tokens": tokens }),
     };
     (body, expect)
 }
@@ -102,6 +154,8 @@ fn first_worker(api: Api, answer: &Value) -> Option<u64> {
             .filter_map(|(w, ranks)| Some((ranks["0"].as_u64()?, w.parse::<u64>().ok()?)))
             .max()
             .map(|(_, w)| w),
+        // Workers without a pod name are named by their id.
+        Api::Prompt => answer["scores"][0]["pod"].as_str()?.parse().ok(),
     }
 }
 
@@ -145,7 +199,7 @@ fn run(url: &str, args: &Args, clients: usize) -> Result<Run, String> {
                     let (body, expect) = &queries[(i % 1024) as usize];
                     let t = Instant::now();
                     let mut response = agent
-                        .post(format!("{url}/query"))
+                        .post(format!("{url}{}", api.path()))
                         .header("content-type", "application/json")
                         .send(body.as_bytes())
                         .map_err(|e| e.to_string())?;
@@ -204,8 +258,9 @@ fn start_server(
         .arg(dir)
         .args(["--snapshot-interval", "3600"])
         .args(match api {
-            Api::Own => &[][..],
-            Api::Dynamo => &["--dynamo-listen", "127.0.0.1:0"][..],
+            Api::Own => vec![],
+            Api::Dynamo => vec!["--dynamo-listen".into(), "127.0.0.1:0".into()],
+            Api::Prompt => vec!["--config".into(), dir.join("config.toml").into_os_string()],
         })
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -241,7 +296,7 @@ fn write(out: &Path, args: &Args, runs: &[Run], table: &str) -> Result<(), Strin
         "# flash-indexer-server under load\n\nWritten by `cargo run --release -p flash-indexer-server --bin flash-indexer-load`: \
          the server ({layout} layout) restored from a snapshot of {w} workers x {s} sequences x {b} blocks \
          (block size 16; 4 shared prefixes of {h} blocks), queried over loopback HTTP/1.1 with keep-alive \
-         (50% whole sequences, 25% diverging after the prefix, 25% misses; {tokens} tokens a query; \
+         (50% whole sequences, 25% diverging after the prefix, 25% misses; {tokens} a query; \
          {api}). \
          Each run stops at {r} requests or {sec} s; clients and server share {cpus} cores.\n\n{table}",
         layout = args.layout,
@@ -249,18 +304,19 @@ fn write(out: &Path, args: &Args, runs: &[Run], table: &str) -> Result<(), Strin
         s = args.fleet.sequences,
         b = args.fleet.blocks,
         h = args.fleet.blocks / 2,
-        tokens = args.fleet.blocks * BLOCK_SIZE,
+        tokens = match args.api {
+            Api::Prompt => format!("{} words", args.fleet.blocks * BLOCK_SIZE),
+            _ => format!("{} tokens", args.fleet.blocks * BLOCK_SIZE),
+        },
         r = args.requests,
         sec = args.seconds,
         api = match args.api {
             Api::Own => "the server's own `/query`",
             Api::Dynamo => "Dynamo's `/query` on `--dynamo-listen`",
+            Api::Prompt => "prompt text to `/score`, tokenized by the server with its prefix store",
         },
     );
-    let name = match args.api {
-        Api::Own => "server_load",
-        Api::Dynamo => "server_load_dynamo",
-    };
+    let name = format!("server_load{}", args.api.suffix());
     std::fs::write(out.join(format!("{name}.md")), md).map_err(|e| e.to_string())?;
     plot(&out.join(format!("{name}.svg")), runs).map_err(|e| e.to_string())
 }
@@ -332,7 +388,13 @@ fn main() -> std::process::ExitCode {
 
 fn main_inner(args: &Args) -> Result<(), String> {
     let dir = std::env::temp_dir().join(format!("flash-indexer-load-{}", std::process::id()));
-    snapshot::write_atomic(&dir, &snapshot::encode(&fleet(args))).map_err(|e| e.to_string())?;
+    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    let prompter = match args.api {
+        Api::Prompt => Some(prompt_model(&dir, args)?),
+        _ => None,
+    };
+    let contents = fleet(args, prompter.as_ref())?;
+    snapshot::write_atomic(&dir, &snapshot::encode(&contents)).map_err(|e| e.to_string())?;
     let (mut child, url) = start_server(&dir, &args.layout, args.api)?;
     let result = (|| {
         let agent: ureq::Agent = ureq::Agent::config_builder()
@@ -385,7 +447,8 @@ fn main_inner(args: &Args) -> Result<(), String> {
     println!("{table}");
     if !args.no_write {
         write(&args.out, args, &runs, &table)?;
-        println!("wrote {}/server_load.{{md,svg}}", args.out.display());
+        let name = format!("server_load{}", args.api.suffix());
+        println!("wrote {}/{name}.{{md,svg}}", args.out.display());
     }
     Ok(())
 }
