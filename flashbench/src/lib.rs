@@ -4,6 +4,7 @@
 
 pub mod compare;
 pub mod engine;
+pub mod prompts;
 pub mod replay;
 pub mod report;
 pub mod route;

@@ -86,6 +86,31 @@ enum Command {
         #[arg(long, default_value_t = 2)]
         threads: usize,
     },
+    /// The server's prefix store of tokenized prompts on a trace's shape (the shared
+    /// conversation trace by default): prompts made of one passage per hash id, tokenized whole
+    /// and through the store; every token list compared, the store's share of bytes and both
+    /// times reported. Writes prompt_store.md.
+    Prompts {
+        /// A Mooncake-format trace [default: the shared conversation trace, else a synthetic
+        /// one].
+        #[arg(long)]
+        trace: Option<PathBuf>,
+        /// Requests replayed, in trace order (0: all).
+        #[arg(long, default_value_t = 3000)]
+        requests: usize,
+        /// The store's bound in MiB.
+        #[arg(long, default_value_t = 64)]
+        store_mib: usize,
+        /// Words standing for one 512-token hash id.
+        #[arg(long, default_value_t = 400)]
+        words_per_block: usize,
+        /// Where prompt_store.md goes.
+        #[arg(long, default_value = "papers/figures")]
+        out: PathBuf,
+        /// Print the report only.
+        #[arg(long)]
+        no_write: bool,
+    },
     /// Turn a trace into a workload file with the mock engines.
     Generate {
         /// A Mooncake-format trace; without it a synthetic one is used.
@@ -652,6 +677,27 @@ fn run(cli: Cli) -> Result<(), String> {
             let report = flashbench::service::run::run(&config)?;
             println!("{report}");
             Ok(())
+        }
+        Some(Command::Prompts {
+            trace,
+            requests,
+            store_mib,
+            words_per_block,
+            out,
+            no_write,
+        }) => {
+            let shared = Path::new(SHARED_TRACE);
+            let path = trace
+                .clone()
+                .or_else(|| shared.exists().then(|| shared.to_path_buf()));
+            let (requests_read, source) = load_trace(path.as_deref(), (*requests).max(1), 42)?;
+            let cfg = flashbench::prompts::PromptsConfig {
+                requests: *requests,
+                store_bytes: store_mib << 20,
+                words_per_block: (*words_per_block).max(1),
+                out: (!no_write).then(|| out.clone()),
+            };
+            flashbench::prompts::run(&requests_read, &source, &cfg)
         }
         #[cfg(feature = "dynamo")]
         Some(Command::DynamoService { threads }) => flashbench::service::host::serve(*threads),
