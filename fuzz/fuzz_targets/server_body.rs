@@ -1,7 +1,8 @@
 //! The server's request bodies and paths on arbitrary bytes, through its real router (every
 //! layer: body limit, JSON extraction, handlers, the panic catcher). No request may panic a
 //! handler (libFuzzer's panic hook aborts even on a panic the server would catch) or answer 500;
-//! every refusal is a 4xx. Dynamo's API (`--dynamo-listen`) gets the same over the same service.
+//! every refusal is a 4xx. Prompts (`POST /score`) are tokenized by a tokenizer trained at
+//! start. Dynamo's API (`--dynamo-listen`) gets the same over the same service.
 //! Engines are not registered here: `POST /workers` and `POST /register` would dial sockets.
 #![no_main]
 
@@ -11,18 +12,28 @@ use clap::Parser;
 use flash_indexer::{Block, Event, LocalHash, SeqHash, Worker, hash};
 use flash_indexer_server::config::{Cli, Settings};
 use flash_indexer_server::dynamo::registry::Registry;
+use flash_indexer_server::prompt::{CHATML, train_tokenizer};
 use flash_indexer_server::service::Service;
 use flash_indexer_server::snapshot::{Contents, IndexDump};
 use libfuzzer_sys::fuzz_target;
 use std::sync::{Arc, OnceLock};
 use tower::ServiceExt;
 
-/// One server for the whole run: model `m` (blocks of 4), worker 1 holding the chain of tokens
-/// `0..16` on the GPU.
+/// One server for the whole run: model `m` (blocks of 4, with a small trained tokenizer and
+/// ChatML for `POST /score`), worker 1 holding the chain of tokens `0..16` on the GPU.
 fn app() -> &'static (tokio::runtime::Runtime, axum::Router, axum::Router) {
     static APP: OnceLock<(tokio::runtime::Runtime, axum::Router, axum::Router)> = OnceLock::new();
     APP.get_or_init(|| {
-        let cli = Cli::parse_from(["server", "--block-size", "4", "--model", "m"]);
+        let dir = std::env::temp_dir().join(format!("fuzz-server-body-{}", std::process::id()));
+        let corpus: Vec<String> = (0..50)
+            .map(|i| format!("the cache {i} router, block prefix worker café {}", i * 7))
+            .collect();
+        train_tokenizer(&dir.join("model"), &corpus, 300, true, Some(CHATML)).expect("tokenizer");
+        let config = dir.join("config.toml");
+        let model = dir.join("model").display().to_string();
+        let toml = format!("[[models]]\nname = \"m\"\nblock_size = 4\ntokenizer = {model:?}\n");
+        std::fs::write(&config, toml).expect("config");
+        let cli = Cli::parse_from(["server", "--config", config.to_str().expect("utf-8")]);
         let service = Service::new(Settings::from_cli(cli).expect("settings"));
         let tokens: Vec<u32> = (0..16).collect();
         let locals = hash::local_hashes(&tokens, 4);
@@ -75,9 +86,10 @@ fuzz_target!(|data: &[u8]| {
                 .header(header::CONTENT_TYPE, "application/json")
                 .body(Body::from(body.to_vec()))
         }
-        // The query route, with and without a JSON content type.
+        // The query and prompt routes, with and without a JSON content type.
         0 | 1 => {
-            let mut builder = Request::builder().method(Method::POST).uri("/query");
+            let uri = ["/query", "/score"][usize::from(selector / 8) % 2];
+            let mut builder = Request::builder().method(Method::POST).uri(uri);
             if selector % 8 == 0 {
                 builder = builder.header(header::CONTENT_TYPE, "application/json");
             }
