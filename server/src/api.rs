@@ -33,7 +33,7 @@ use tower_http::catch_panic::CatchPanicLayer;
 use crate::config::EngineConfig;
 use crate::llmd::{Prompt, PromptScores, ScoreError, score_prompt};
 use crate::metrics::QUERY_SECONDS;
-use crate::service::{EngineError, Model, QueryAnswer, Service};
+use crate::service::{EngineError, Model, ModelChoiceError, QueryAnswer, Service};
 use crate::snapshot;
 
 /// What the routes share.
@@ -199,23 +199,13 @@ async fn query(
     Ok(Json(answer))
 }
 
-/// The model a request names, or the only one when it names none.
+/// The model a request names, or the only one when it names none: 404 for a model the server
+/// does not have, 400 when the request must name one.
 fn pick_model(service: &Service, name: Option<&str>) -> Result<Arc<Model>, ApiError> {
-    match name {
-        Some(name) => service.model(name).ok_or_else(|| {
-            ApiError::new(
-                StatusCode::NOT_FOUND,
-                format!("unknown model {name:?}; models: {:?}", model_names(service)),
-            )
-        }),
-        None => match service.models().as_slice() {
-            [only] => Ok(Arc::clone(only)),
-            _ => Err(ApiError::bad(format!(
-                "name the model: one of {:?}",
-                model_names(service)
-            ))),
-        },
-    }
+    service.pick_model(name).map_err(|e| match e {
+        ModelChoiceError::Unknown(..) => ApiError::new(StatusCode::NOT_FOUND, e.to_string()),
+        ModelChoiceError::Unnamed(_) => ApiError::bad(e.to_string()),
+    })
 }
 
 /// The body of `POST /score`.
@@ -289,10 +279,6 @@ async fn score(
     let labels = [("model", scores.model.clone())];
     histogram!(crate::metrics::SCORE_SECONDS, &labels).record(start.elapsed().as_secs_f64());
     Ok(Json(scores))
-}
-
-fn model_names(service: &Service) -> Vec<String> {
-    service.models().iter().map(|m| m.name.clone()).collect()
 }
 
 async fn list_workers(State(app): State<App>) -> Json<Value> {

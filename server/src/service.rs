@@ -123,6 +123,26 @@ pub struct Service {
     snapshot_at: Mutex<Option<u64>>,
 }
 
+/// Why a request's model could not be chosen; each with the server's model names.
+#[derive(Debug)]
+pub enum ModelChoiceError {
+    /// The named model is not served.
+    Unknown(String, Vec<String>),
+    /// No model named, and the server has more than one (or none).
+    Unnamed(Vec<String>),
+}
+
+impl std::fmt::Display for ModelChoiceError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ModelChoiceError::Unknown(name, models) => {
+                write!(f, "unknown model {name:?}; models: {models:?}")
+            }
+            ModelChoiceError::Unnamed(models) => write!(f, "name the model: one of {models:?}"),
+        }
+    }
+}
+
 /// Why an engine could not be added.
 #[derive(Debug)]
 pub enum EngineError {
@@ -200,6 +220,21 @@ impl Service {
     /// The model called `name`, if the server has it.
     pub fn model(&self, name: &str) -> Option<Arc<Model>> {
         self.models.read().unwrap().get(name).cloned()
+    }
+
+    /// The model a request names, or the only one when it names none (`None`, or an empty
+    /// name): `Err` with the server's model names when there is no such model or no only one.
+    pub fn pick_model(&self, name: Option<&str>) -> Result<Arc<Model>, ModelChoiceError> {
+        let names = || self.models.read().unwrap().keys().cloned().collect();
+        match name.filter(|n| !n.is_empty()) {
+            Some(name) => self
+                .model(name)
+                .ok_or_else(|| ModelChoiceError::Unknown(name.to_owned(), names())),
+            None => match self.models().as_slice() {
+                [only] => Ok(Arc::clone(only)),
+                _ => Err(ModelChoiceError::Unnamed(names())),
+            },
+        }
     }
 
     /// Every model, by name.

@@ -7,7 +7,7 @@ use tonic::{Request, Response, Status};
 use super::proto::indexer_service_server::{IndexerService, IndexerServiceServer};
 use super::proto::{GetPodScoresRequest, GetPodScoresResponse, PodScore};
 use super::{Prompt, ScoreError, score_prompt};
-use crate::service::Service;
+use crate::service::{ModelChoiceError, Service};
 
 /// The gRPC service over `service`, refusing messages over `max_bytes`.
 pub fn server(service: Arc<Service>) -> IndexerServiceServer<Indexer> {
@@ -30,15 +30,10 @@ impl IndexerService for Indexer {
     ) -> Result<Response<GetPodScoresResponse>, Status> {
         let request = request.into_inner();
         let service = Arc::clone(&self.service);
-        let model = match request.model_name.as_str() {
-            "" => match service.models().as_slice() {
-                [only] => Arc::clone(only),
-                _ => return Err(Status::invalid_argument("name the model (model_name)")),
-            },
-            name => service
-                .model(name)
-                .ok_or_else(|| Status::not_found(format!("unknown model {name:?}")))?,
-        };
+        let model = (service.pick_model(Some(&request.model_name))).map_err(|e| match e {
+            ModelChoiceError::Unknown(..) => Status::not_found(e.to_string()),
+            ModelChoiceError::Unnamed(_) => Status::invalid_argument(e.to_string()),
+        })?;
         // Tokenizing is CPU work: off the async threads.
         let scored = tokio::task::spawn_blocking(move || {
             let prompt = Prompt::Text(&request.prompt);

@@ -162,15 +162,13 @@ impl Prompter {
 
     /// `text`'s tokens, from the store as far as it knows the text.
     pub fn encode(&self, text: &str, specials: bool) -> Result<(Vec<u32>, Reuse), PromptError> {
+        let all_tokenized = Reuse {
+            stored_bytes: 0,
+            tokenized_bytes: text.len(),
+        };
         if self.unrestartable.is_some() || self.store_off.load(Ordering::Relaxed) {
             let ids = self.whole(text, specials)?.get_ids().to_vec();
-            counter!("flash_indexer_prompt_bytes_total", "source" => "tokenizer")
-                .increment(text.len() as u64);
-            let reuse = Reuse {
-                stored_bytes: 0,
-                tokenized_bytes: text.len(),
-            };
-            return Ok((ids, reuse));
+            return Ok((ids, counted(all_tokenized)));
         }
         let mode = if specials {
             WITH_SPECIALS
@@ -178,29 +176,26 @@ impl Prompter {
             WITHOUT_SPECIALS
         };
         let found = self.store.lock().unwrap().lookup(mode, text.as_bytes());
-        let mut tokens = Tokenized {
-            ids: found.ids.clone(),
-            word_starts: Vec::new(),
-        };
+        let assisted = found.resume > 0 || !found.ids.is_empty();
         // The rest, from a word start: with specials only when nothing came from the store.
         let rest = &text[found.resume..];
-        let first = found.ids.is_empty() && found.resume == 0;
         let encoding = self
             .tokenizer
-            .encode(rest, specials && first)
+            .encode(rest, specials && !assisted)
             .map_err(|e| PromptError::Tokenizer(e.to_string()))?;
-        let base = tokens.ids.len();
-        tokens.word_starts = word_starts(&encoding)
-            .map(|(index, offset)| (base + index, found.resume + offset))
-            .collect();
-        tokens.ids.extend_from_slice(encoding.get_ids());
-        let assisted = found.resume > 0 || !found.ids.is_empty();
-        if assisted
-            && self
-                .assisted
-                .fetch_add(1, Ordering::Relaxed)
-                .is_multiple_of(CHECK_EVERY)
-        {
+        let base = found.ids.len();
+        let mut ids = Vec::with_capacity(base + encoding.len());
+        ids.extend_from_slice(&found.ids);
+        ids.extend_from_slice(encoding.get_ids());
+        let tokens = Tokenized {
+            ids,
+            word_starts: word_starts(&encoding)
+                .map(|(index, offset)| (base + index, found.resume + offset))
+                .collect(),
+        };
+        let checked =
+            assisted && (self.assisted.fetch_add(1, Ordering::Relaxed)).is_multiple_of(CHECK_EVERY);
+        if checked {
             let whole = self.whole(text, specials)?;
             if whole.get_ids() != tokens.ids {
                 self.store_off.store(true, Ordering::Relaxed);
@@ -209,13 +204,7 @@ impl Prompter {
                     tokenizer = %self.path.display(),
                     "tokens from the prefix store differed from a whole encoding: store turned off"
                 );
-                return Ok((
-                    whole.get_ids().to_vec(),
-                    Reuse {
-                        stored_bytes: 0,
-                        tokenized_bytes: text.len(),
-                    },
-                ));
+                return Ok((whole.get_ids().to_vec(), counted(all_tokenized)));
             }
         }
         self.store
@@ -226,11 +215,7 @@ impl Prompter {
             stored_bytes: found.resume,
             tokenized_bytes: rest.len(),
         };
-        counter!("flash_indexer_prompt_bytes_total", "source" => "store")
-            .increment(reuse.stored_bytes as u64);
-        counter!("flash_indexer_prompt_bytes_total", "source" => "tokenizer")
-            .increment(reuse.tokenized_bytes as u64);
-        Ok((tokens.ids, reuse))
+        Ok((tokens.ids, counted(reuse)))
     }
 
     /// The whole text encoded, the store not asked.
@@ -244,6 +229,15 @@ impl Prompter {
     pub fn store_bytes(&self) -> usize {
         self.store.lock().unwrap().used_bytes()
     }
+}
+
+/// `reuse`, counted in `flash_indexer_prompt_bytes_total` by where the bytes' tokens came from.
+fn counted(reuse: Reuse) -> Reuse {
+    counter!("flash_indexer_prompt_bytes_total", "source" => "store")
+        .increment(reuse.stored_bytes as u64);
+    counter!("flash_indexer_prompt_bytes_total", "source" => "tokenizer")
+        .increment(reuse.tokenized_bytes as u64);
+    reuse
 }
 
 /// The tokens of an encoding that begin a word: `(token index, byte offset)`.
