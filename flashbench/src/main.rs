@@ -59,6 +59,9 @@ enum Command {
         /// Seconds of load per service and client count.
         #[arg(long, default_value_t = 5.0)]
         seconds: f64,
+        /// Interleaved rounds of every load phase; each cell is the median over them.
+        #[arg(long, default_value_t = 5)]
+        rounds: usize,
         /// The fleet (one stand-in engine per worker).
         #[command(flatten)]
         fleet: flash_indexer_server::fleet::Fleet,
@@ -658,6 +661,7 @@ fn run(cli: Cli) -> Result<(), String> {
         Some(Command::Service {
             clients,
             seconds,
+            rounds,
             fleet,
             compared,
             dynamo_threads,
@@ -668,6 +672,7 @@ fn run(cli: Cli) -> Result<(), String> {
             let config = flashbench::service::run::Config {
                 clients: clients.clone(),
                 seconds: *seconds,
+                rounds: *rounds,
                 fleet: *fleet,
                 compared: *compared,
                 dynamo_threads: *dynamo_threads,

@@ -4,7 +4,8 @@
 //! (`flash_indexer_server::fleet`) registers with both, then publishes its sequences. Once both
 //! hold every sequence, the same queries go to both: first one by one, to compare every answer;
 //! then from 1, 8 and 64 concurrent clients (each its own keep-alive connection) for a fixed
-//! time per client count, the two services alternating. Resident memory is read from `/proc`
+//! time per client count, the two services alternating, in interleaved rounds whose medians are
+//! reported (as `compare` does: one noisy phase cannot decide a ratio). Resident memory is read from `/proc`
 //! after the load; our server's time per query by phase from its metrics.
 
 use std::fmt::Write as _;
@@ -27,6 +28,8 @@ pub struct Config {
     pub clients: Vec<usize>,
     /// Seconds of load per service and client count.
     pub seconds: f64,
+    /// Interleaved rounds of every load phase; each cell is the median over them.
+    pub rounds: usize,
     /// The fleet the engines hold.
     pub fleet: Fleet,
     /// Queries whose answers are compared one by one.
@@ -328,19 +331,52 @@ fn phase_totals(ours: &Service) -> Result<Vec<(f64, f64)>, String> {
         .collect())
 }
 
-/// The mean microseconds per query of each phase between two [`phase_totals`].
-fn phase_means(before: &[(f64, f64)], after: &[(f64, f64)]) -> Vec<f64> {
-    before
-        .iter()
-        .zip(after)
-        .map(|(&(s0, c0), &(s1, c1))| {
-            if c1 > c0 {
-                (s1 - s0) / (c1 - c0) * 1e6
+/// The mean microseconds per query of each phase from its (seconds, count) summed over loads.
+fn phase_means(sums: &[(f64, f64)]) -> Vec<f64> {
+    (sums.iter())
+        .map(|&(seconds, count)| {
+            if count > 0.0 {
+                seconds / count * 1e6
             } else {
                 f64::NAN
             }
         })
         .collect()
+}
+
+/// One service at one client count: the median of each figure over the rounds.
+struct Summary {
+    service: &'static str,
+    clients: usize,
+    rounds: usize,
+    errors: u64,
+    queries_per_second: f64,
+    /// p50, p99 and p99.9 in microseconds.
+    quantiles_us: [f64; 3],
+}
+
+impl Summary {
+    fn of(loads: &[Load]) -> Summary {
+        let median = |f: &dyn Fn(&Load) -> f64| {
+            let mut values: Vec<f64> = loads.iter().map(f).collect();
+            values.sort_by(f64::total_cmp);
+            let n = values.len();
+            if n % 2 == 1 {
+                values[n / 2]
+            } else {
+                (values[n / 2 - 1] + values[n / 2]) / 2.0
+            }
+        };
+        let quantile = |q: f64| median(&|l: &Load| l.latency_us.value_at_quantile(q) as f64);
+        Summary {
+            service: loads[0].service,
+            clients: loads[0].clients,
+            rounds: loads.len(),
+            errors: loads.iter().map(|l| l.errors).sum(),
+            queries_per_second: median(&|l: &Load| l.requests as f64 / l.seconds),
+            quantiles_us: [quantile(0.5), quantile(0.99), quantile(0.999)],
+        }
+    }
 }
 
 /// Runs the comparison and returns the report (Markdown).
@@ -398,17 +434,35 @@ pub fn run(config: &Config) -> Result<String, String> {
     eprintln!("service: both hold every sequence; comparing answers");
     let agreement = compare_answers(&ours, &theirs, &fleet, config.compared)?;
     let bodies: Vec<Vec<u8>> = (0..4096).map(|i| query_body(&fleet.query(i).0)).collect();
-    let (mut loads, mut phases) = (Vec::new(), Vec::new());
-    for &clients in &config.clients {
-        for service in [&ours, &theirs] {
-            eprintln!("service: {} with {clients} clients", service.name);
-            let before = phase_totals(&ours)?;
-            loads.push(load(service, &bodies, clients, config.seconds));
-            if std::ptr::eq(service, &ours) {
-                phases.push((clients, phase_means(&before, &phase_totals(&ours)?)));
+    // rounds[c][s]: every round's load of client count c on service s (0 ours, 1 Dynamo's).
+    let mut rounds: Vec<[Vec<Load>; 2]> =
+        config.clients.iter().map(|_| Default::default()).collect();
+    let mut phase_sums: Vec<Vec<(f64, f64)>> = vec![vec![(0.0, 0.0); PHASES.len()]; rounds.len()];
+    for round in 0..config.rounds.max(1) {
+        for (c, &clients) in config.clients.iter().enumerate() {
+            for (s, service) in [&ours, &theirs].into_iter().enumerate() {
+                eprintln!(
+                    "service: round {} of {}, {} with {clients} clients",
+                    round + 1,
+                    config.rounds.max(1),
+                    service.name
+                );
+                let before = phase_totals(&ours)?;
+                rounds[c][s].push(load(service, &bodies, clients, config.seconds));
+                if s == 0 {
+                    let after = phase_totals(&ours)?;
+                    for (sum, (b, a)) in phase_sums[c].iter_mut().zip(before.iter().zip(&after)) {
+                        sum.0 += a.0 - b.0;
+                        sum.1 += a.1 - b.1;
+                    }
+                }
             }
         }
     }
+    let loads: Vec<Summary> = rounds.iter().flatten().map(|r| Summary::of(r)).collect();
+    let phases: Vec<(usize, Vec<f64>)> = (config.clients.iter().copied())
+        .zip(phase_sums.iter().map(|sums| phase_means(sums)))
+        .collect();
     let rss = (ours.rss_mib(), theirs.rss_mib());
     let report = report(config, &agreement, &loads, rss, &phases);
     if let Some(dir) = &config.out {
@@ -428,7 +482,7 @@ pub fn run(config: &Config) -> Result<String, String> {
 fn report(
     config: &Config,
     agreement: &Agreement,
-    loads: &[Load],
+    loads: &[Summary],
     (rss_ours, rss_theirs): (f64, f64),
     phases: &[(usize, Vec<f64>)],
 ) -> String {
@@ -441,7 +495,8 @@ fn report(
          stand-in engines over ZeroMQ ({} sequences each of {} blocks of {} tokens; half of each \
          sequence one of 4 shared prefixes) and asked the same `/query` ({} tokens) through \
          Dynamo's API. Dynamo's service runs {} indexer threads; ours its defaults (radix layout) \
-         with {}. {} s of load per service and client count, the services alternating.\n",
+         with {}. {} s of load per service and client count, the services alternating; {} \
+         interleaved rounds, each cell the median over them.\n",
         f.workers,
         f.sequences,
         f.blocks,
@@ -454,6 +509,7 @@ fn report(
             "its three default storage tiers"
         },
         config.seconds,
+        loads.first().map_or(0, |l| l.rounds),
     );
     let _ = writeln!(
         out,
@@ -473,17 +529,11 @@ fn report(
         "| clients | service | queries/s | p50 us | p99 us | p99.9 us | errors |\n|---|---|---|---|---|---|---|"
     );
     for l in loads {
-        let h = &l.latency_us;
+        let [p50, p99, p999] = l.quantiles_us;
         let _ = writeln!(
             out,
-            "| {} | {} | {:.0} | {} | {} | {} | {} |",
-            l.clients,
-            l.service,
-            l.requests as f64 / l.seconds,
-            h.value_at_quantile(0.5),
-            h.value_at_quantile(0.99),
-            h.value_at_quantile(0.999),
-            l.errors
+            "| {} | {} | {:.0} | {p50:.0} | {p99:.0} | {p999:.0} | {} |",
+            l.clients, l.service, l.queries_per_second, l.errors
         );
     }
     let _ = writeln!(
@@ -492,14 +542,12 @@ fn report(
     );
     for pair in loads.chunks(2) {
         if let [ours, theirs] = pair {
-            let qps = |l: &Load| l.requests as f64 / l.seconds;
-            let p99 = |l: &Load| l.latency_us.value_at_quantile(0.99) as f64;
             let _ = writeln!(
                 out,
                 "| {} | {:.2}x | {:.2}x |",
                 ours.clients,
-                qps(ours) / qps(theirs),
-                p99(ours) / p99(theirs)
+                ours.queries_per_second / theirs.queries_per_second,
+                ours.quantiles_us[1] / theirs.quantiles_us[1]
             );
         }
     }
