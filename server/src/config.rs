@@ -99,6 +99,10 @@ pub struct Cli {
     /// The largest request body accepted, in bytes [default: 16 MiB].
     #[arg(long, value_name = "BYTES")]
     pub max_request_bytes: Option<usize>,
+    /// Threads that serve requests (HTTP, Dynamo's API, gRPC) [default: one less than the
+    /// machine's cores, at least 1, so that the engines' event threads keep a core].
+    #[arg(long, value_name = "N")]
+    pub http_threads: Option<usize>,
 }
 
 /// The TOML configuration file. Every field is optional.
@@ -146,6 +150,8 @@ pub struct FileConfig {
     pub peer: Option<String>,
     /// As `--max-request-bytes`.
     pub max_request_bytes: Option<usize>,
+    /// As `--http-threads`.
+    pub http_threads: Option<usize>,
     /// As `--block-size`.
     pub block_size: Option<usize>,
     /// Storage tiers to index and their weights (replacing the defaults).
@@ -345,6 +351,8 @@ pub struct Settings {
     pub layout: LayoutChoice,
     /// The largest request body accepted.
     pub max_request_bytes: usize,
+    /// Threads of the runtime that serves requests.
+    pub http_threads: usize,
     /// Block size of models not listed in `models`.
     pub default_block_size: usize,
     /// Tiers, heaviest first.
@@ -371,6 +379,15 @@ impl Settings {
         for engine in &engines {
             engine.check()?;
         }
+        let http_threads = match cli.http_threads.or(file.http_threads) {
+            Some(0) => {
+                return Err(ConfigError::Invalid(
+                    "http_threads must be at least 1".to_owned(),
+                ));
+            }
+            Some(n) => n,
+            None => default_http_threads(),
+        };
         let default_block_size = cli
             .block_size
             .or(file.block_size)
@@ -427,6 +444,7 @@ impl Settings {
                 .max_request_bytes
                 .or(file.max_request_bytes)
                 .unwrap_or(DEFAULT_MAX_REQUEST_BYTES),
+            http_threads,
             default_block_size,
             tiers: check_tiers(tiers)?,
             models,
@@ -536,6 +554,13 @@ impl fmt::Display for ConfigError {
 
 impl std::error::Error for ConfigError {}
 
+/// One thread less than the machine's cores, at least one: the engines' subscriber and writer
+/// threads keep a core, so a saturated server does not preempt its own ingest, and requests
+/// queue in the runtime rather than in the OS scheduler (measured in the paper, section 6.22).
+fn default_http_threads() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get().saturating_sub(1).max(1))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -553,6 +578,15 @@ mod tests {
         let names: Vec<&str> = s.tiers.iter().map(|t| t.name.as_str()).collect();
         assert_eq!(names, ["GPU", "CPU", "DISK"]);
         assert_eq!(s.block_size("anything"), 16);
+        assert_eq!(s.http_threads, default_http_threads());
+        assert!(s.http_threads >= 1);
+    }
+
+    #[test]
+    fn http_threads() {
+        assert_eq!(settings(&["--http-threads", "3"]).unwrap().http_threads, 3);
+        let message = settings(&["--http-threads", "0"]).unwrap_err().to_string();
+        assert!(message.contains("http_threads"), "{message}");
     }
 
     #[test]

@@ -33,6 +33,7 @@ pub fn serve(settings: Settings) -> Result<(), RunError> {
             .map_err(|e| format!("engine {key}: {e}"))?;
     }
     let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(settings.http_threads)
         .enable_all()
         .build()?;
     let served: Result<(), RunError> = runtime.block_on(async {
