@@ -15,6 +15,7 @@ use crate::types::{Block, Event, LocalHash, SeqHash, Worker};
 use core::fmt;
 use core::time::Duration;
 use foldhash::fast::RandomState;
+use std::collections::hash_map::Entry;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::hash::BuildHasher;
 
@@ -222,21 +223,20 @@ impl Predictions {
         // Expired blocks by worker, each worker's in expiry order (its leaves first).
         let mut removed: HashMap<Worker, Vec<SeqHash>, RandomState> = HashMap::default();
         while let Some(&(tick, worker, seq)) = self.expiry.front() {
-            let Some(cache) = self
-                .workers
-                .get_mut(&worker)
-                .filter(|c| current(&c.blocks, tick, seq))
-            else {
-                self.expiry.pop_front();
-                continue;
-            };
-            if cache.blocks[&seq].at.saturating_add(ttl) > self.now {
-                break;
+            // One lookup per entry: a stale one is dropped, a current one expires or ends the pass.
+            if let Some(cache) = self.workers.get_mut(&worker)
+                && let Entry::Occupied(block) = cache.blocks.entry(seq)
+                && block.get().tick == tick
+                && block.get().pins == 0
+            {
+                if block.get().at.saturating_add(ttl) > self.now {
+                    break;
+                }
+                block.remove();
+                self.predicted -= 1;
+                removed.entry(worker).or_default().push(seq);
             }
             self.expiry.pop_front();
-            cache.blocks.remove(&seq);
-            self.predicted -= 1;
-            removed.entry(worker).or_default().push(seq);
         }
         for (worker, seqs) in removed {
             self.drop_if_empty(worker);
