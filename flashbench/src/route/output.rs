@@ -14,12 +14,11 @@ use plotters::coord::ranged1d::ValueFormatter;
 use plotters::prelude::*;
 use std::path::Path;
 
-const HEADER: &str =
-    "| policy | hit rate | TTFT p50 ms | TTFT p99 ms | imbalance | index MiB | decisions/s |";
+const HEADER: &str = "| policy | hit rate | TTFT p50 ms | TTFT p99 ms | imbalance | index MiB | decisions/s | index us/request |";
 
 fn row(o: &Outcome) -> String {
     format!(
-        "| {} | {:.1}% | {:.1} | {:.1} | {:.2} | {:.2} | {:.0} |",
+        "| {} | {:.1}% | {:.1} | {:.1} | {:.2} | {:.2} | {:.0} | {:.2} |",
         o.policy,
         o.hit_rate * 100.0,
         o.ttft_p50_ms,
@@ -28,14 +27,15 @@ fn row(o: &Outcome) -> String {
         // Policies without an index hold nothing; a few bytes freed elsewhere during the run
         // would otherwise print as -0.00.
         o.index_bytes.max(0) as f64 / f64::from(1 << 20),
-        o.decisions_per_s
+        o.decisions_per_s,
+        o.index_us_per_request
     )
 }
 
 /// The table of one offered load, as Markdown: one row per policy, its name first.
 pub fn table(outcomes: &[Outcome], load: f64, limits: Limits) -> String {
     let mut out = format!(
-        "load {load}x; the trace's limit (one infinite cache): {:.1}%; one LRU cache of the fleet's whole capacity: {:.1}%\n\n{HEADER}\n|---|---|---|---|---|---|---|\n",
+        "load {load}x; the trace's limit (one infinite cache): {:.1}%; one LRU cache of the fleet's whole capacity: {:.1}%\n\n{HEADER}\n|---|---|---|---|---|---|---|---|\n",
         limits.infinite * 100.0,
         limits.pooled * 100.0
     );
