@@ -257,3 +257,118 @@ fn unknown_groups_and_kinds_are_refused_and_counted_never_merged() {
     // Only the full-attention group holds A: no window, no hit.
     fleet.assert_score(&a, 20, None);
 }
+
+/// A vLLM engine's event socket for one test: batches are published as vLLM 0.33 frames them
+/// (`[topic, seq, payload]`), with sequence numbers counting from 0.
+struct Engine0 {
+    socket: zmq::Socket,
+    address: String,
+    seq: u64,
+}
+
+impl Engine0 {
+    fn bind() -> Self {
+        let socket = zmq::Context::new().socket(zmq::PUB).unwrap();
+        socket.bind("tcp://127.0.0.1:*").unwrap();
+        let address = socket.get_last_endpoint().unwrap().unwrap();
+        Engine0 {
+            socket,
+            address,
+            seq: 0,
+        }
+    }
+
+    fn publish(&mut self, events: Vec<Value>) {
+        let batch = Value::Array(vec![Value::from(1.0), Value::Array(events), Value::Nil]);
+        let mut bytes = Vec::new();
+        rmpv::encode::write_value(&mut bytes, &batch).unwrap();
+        let frames: [&[u8]; 3] = [b"", &self.seq.to_be_bytes(), &bytes];
+        self.socket.send_multipart(frames, 0).unwrap();
+        self.seq += 1;
+    }
+}
+
+/// Waits until `done` holds, for at most 10 s.
+fn eventually(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !done() {
+        assert!(std::time::Instant::now() < deadline, "timed out: {what}");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn the_subscriber_follows_a_hybrid_engine_over_zeromq() {
+    use flash_indexer::ingest::{EngineEndpoint, Subscriber, SubscriberConfig};
+    use std::sync::Arc;
+
+    let model = ModelGroups::new(vec![
+        GroupSpec::new(GroupKind::FullAttention, BLOCK as u32),
+        GroupSpec::new(GroupKind::SlidingWindow { window: 128 }, BLOCK as u32),
+    ])
+    .unwrap();
+    for layout in testing::enabled_layouts() {
+        let name = layout.name;
+        let index: Arc<HybridIndexer<Box<dyn KvIndex>>> =
+            Arc::new(HybridIndexer::with_layout(model.clone(), (layout.make)()));
+        let mut engine = Engine0::bind();
+        let endpoint = EngineEndpoint::new(&engine.address).with_worker(1);
+        let subscriber =
+            Subscriber::spawn_hybrid(Arc::clone(&index), [endpoint], SubscriberConfig::default())
+                .unwrap();
+        let score = |tokens: &[u32], blocks: usize| {
+            let query = hash::local_hashes(&tokens[..blocks * BLOCK], BLOCK);
+            index.find_matches(&query).get(Worker::new(1, 0))
+        };
+        let all = |_| true;
+
+        // A probe request, published until the subscription is up (a PUB socket drops what it
+        // sends before then): both groups store its 10 blocks, again and again.
+        let probe = tokens(9, 10, 0, 0);
+        eventually(&format!("{name}: the probe"), || {
+            engine.publish(vec![
+                stored(0, &probe, 0..10, all, None),
+                stored(1, &probe, 0..10, all, None),
+            ]);
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            score(&probe, 10) == Some(10)
+        });
+
+        // The gpt-oss scenario: A in both groups, then the window group's evictions.
+        let a = tokens(1, 40, 0, 0);
+        engine.publish(vec![
+            stored(0, &a, 0..40, all, None),
+            stored(1, &a, 0..40, all, Some(("sliding_window", Some(128)))),
+        ]);
+        engine.publish(vec![removed(1, &a, 0..32)]);
+        // A group the model lacks (refused by the mapping); a store continuing a block the
+        // worker does not hold (refused by the index); a removal of blocks it does not hold (a
+        // warning).
+        let stray = tokens(3, 4, 0, 0);
+        engine.publish(vec![
+            stored(2, &a, 0..4, all, None),
+            stored(0, &stray, 1..4, all, None),
+            removed(0, &stray, 0..2),
+        ]);
+        let batches = subscriber.stats().batches;
+        eventually(&format!("{name}: three more batches"), || {
+            subscriber.stats().batches >= batches + 3
+        });
+        assert_eq!(score(&a, 40), Some(40), "{name}");
+        assert_eq!(score(&a, 39), None, "{name}: no window before block 39");
+        assert_eq!(score(&a, 30), None, "{name}");
+        let stats = subscriber.stats();
+        assert_eq!(stats.rejected_events, 1, "{name}: {stats:?}");
+        assert_eq!(stats.index_refused, 1, "{name}: {stats:?}");
+        assert_eq!(stats.index_warnings, 1, "{name}: {stats:?}");
+        assert!(
+            subscriber
+                .last_problem()
+                .is_some_and(|p| p.contains(&engine.address)),
+            "{name}: {:?}",
+            subscriber.last_problem()
+        );
+        assert_eq!(index.block_count(Worker::new(1, 0), 1), 10 + 8, "{name}");
+        subscriber.shutdown();
+    }
+}

@@ -15,7 +15,8 @@
 //! - [`Subscriber`]: ZeroMQ SUB sockets (dialled or bound, `tcp://` or `ipc://`), one thread
 //!   per endpoint, with gap repair through the engine's replay socket and resynchronization after
 //!   every reconnection, restart and unrepaired loss, feeding a
-//!   [`WriterPool`](crate::pool::WriterPool).
+//!   [`WriterPool`](crate::pool::WriterPool), or a hybrid index
+//!   ([`Subscriber::spawn_hybrid`]).
 //!
 //! [`Subscriber`]'s docs show the wiring; `examples/router.rs` is a whole router over it, and
 //! `tests/publisher/vllm_publisher.py` a stand-in for vLLM engines to run it against.
@@ -27,6 +28,7 @@ mod groups;
 mod map;
 mod mediums;
 pub(crate) mod sequence;
+mod sink;
 mod stats;
 mod subscriber;
 mod transport;

@@ -18,8 +18,15 @@ crate::counters::counters! {
         disconnects,
         /// Payloads decoded and handed to the pool, live or replayed.
         batches,
-        /// Index events submitted to the pool.
+        /// Index events submitted to the pool, or applied to a hybrid index
+        /// ([`Subscriber::spawn_hybrid`](super::Subscriber::spawn_hybrid)).
         events,
+        /// Events a hybrid index the subscriber applies itself refused (nothing changed); a
+        /// writer pool counts its own in [`PoolStats`](crate::pool::PoolStats).
+        index_refused,
+        /// Events a hybrid index applied with a warning (a removal naming blocks it did not
+        /// hold).
+        index_warnings,
         /// Messages that were not `[topic, 8-byte seq, payload]`.
         bad_frames,
         /// Messages whose worker could not be resolved (no worker on the endpoint and a topic the

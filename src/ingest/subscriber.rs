@@ -9,21 +9,22 @@ use super::decode::decode_batch;
 use super::endpoint::{Dial, DpRank, EngineEndpoint, IngestError, SubscriberConfig};
 use super::map::EventMapper;
 use super::sequence::{SeqCheck, SeqTracker, Topic, parse_seq};
+use super::sink::{Offer, Sink};
 use super::stats::{IngestStats, Monitor, bump};
 use super::transport::{
     Connection, RECONNECT_FIRST, ReplayClient, ReplayStep, SLICE, Subscription,
 };
-use crate::pool::{SubmitError, WriterPool};
+use crate::pool::WriterPool;
 use crate::sync::Arc;
 use crate::sync::atomic::{AtomicBool, Ordering};
-use crate::{Event, EventKind, KvIndex, Worker};
+use crate::{KvIndex, Worker};
 
 /// Resolves a message topic to the worker id its events belong to.
 pub type Resolver = dyn Fn(&Topic<'_>) -> Option<u64> + Send + Sync;
 
 /// What every endpoint thread shares.
-struct Shared<I: KvIndex + ?Sized + 'static> {
-    pool: Arc<WriterPool<I>>,
+struct Shared<S: Sink> {
+    sink: Arc<S>,
     resolver: Option<Box<Resolver>>,
     config: SubscriberConfig,
     monitor: Arc<Monitor>,
@@ -102,6 +103,61 @@ impl Subscriber {
         Self::start(pool, endpoints, None, config)
     }
 
+    /// As [`spawn`](Self::spawn), for a model with several KV-cache groups: every event keeps
+    /// its group (vLLM's `group_idx`), mapped by
+    /// [`EventMapper::map_groups`] against `index`'s model, and each endpoint's thread applies
+    /// its engine's events to `index` itself, in the engine's order (there is no pool: a hybrid
+    /// index takes each event with its group). What the mapping refuses is counted in
+    /// [`IngestStats::rejected_events`], what the index refuses in
+    /// [`IngestStats::index_refused`].
+    ///
+    /// ```no_run
+    /// use std::sync::Arc;
+    /// use flash_indexer::hybrid::{GroupKind, GroupSpec, HybridIndexer, ModelGroups};
+    /// use flash_indexer::ingest::{EngineEndpoint, Subscriber, SubscriberConfig};
+    /// use flash_indexer::DefaultIndexer;
+    ///
+    /// // gpt-oss-like: full attention and a window of 128 tokens, blocks of 16.
+    /// let model = ModelGroups::new(vec![
+    ///     GroupSpec::new(GroupKind::FullAttention, 16),
+    ///     GroupSpec::new(GroupKind::SlidingWindow { window: 128 }, 16),
+    /// ])?;
+    /// let index = Arc::new(HybridIndexer::<DefaultIndexer>::new(model));
+    /// let engine = EngineEndpoint::new("tcp://10.0.0.5:5557").with_replay("tcp://10.0.0.5:5558");
+    /// let subscriber =
+    ///     Subscriber::spawn_hybrid(Arc::clone(&index), [engine.with_worker(0)], SubscriberConfig::default())?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[cfg(feature = "hybrid")]
+    pub fn spawn_hybrid<H>(
+        index: Arc<H>,
+        endpoints: impl IntoIterator<Item = EngineEndpoint>,
+        config: SubscriberConfig,
+    ) -> Result<Subscriber, IngestError>
+    where
+        H: crate::hybrid::HybridIndex + ?Sized + 'static,
+    {
+        let sink = Arc::new(super::sink::Hybrid(index));
+        Self::start(sink, endpoints, None, config)
+    }
+
+    /// As [`spawn_hybrid`](Self::spawn_hybrid), with `resolver` naming the worker of every
+    /// endpoint that does not name its own, from each message's topic.
+    #[cfg(feature = "hybrid")]
+    pub fn spawn_hybrid_with_resolver<H, R>(
+        index: Arc<H>,
+        endpoints: impl IntoIterator<Item = EngineEndpoint>,
+        resolver: R,
+        config: SubscriberConfig,
+    ) -> Result<Subscriber, IngestError>
+    where
+        H: crate::hybrid::HybridIndex + ?Sized + 'static,
+        R: Fn(&Topic<'_>) -> Option<u64> + Send + Sync + 'static,
+    {
+        let sink = Arc::new(super::sink::Hybrid(index));
+        Self::start(sink, endpoints, Some(Box::new(resolver)), config)
+    }
+
     /// As [`spawn`](Self::spawn), with `resolver` naming the worker of every endpoint that does
     /// not name its own, from each message's topic.
     pub fn spawn_with_resolver<I, R>(
@@ -117,8 +173,8 @@ impl Subscriber {
         Self::start(pool, endpoints, Some(Box::new(resolver)), config)
     }
 
-    fn start<I: KvIndex + ?Sized + 'static>(
-        pool: Arc<WriterPool<I>>,
+    fn start<S: Sink>(
+        sink: Arc<S>,
         endpoints: impl IntoIterator<Item = EngineEndpoint>,
         resolver: Option<Box<Resolver>>,
         config: SubscriberConfig,
@@ -140,7 +196,7 @@ impl Subscriber {
         let monitor = Arc::new(Monitor::default());
         let stop = Arc::new(AtomicBool::new(false));
         let shared = Arc::new(Shared {
-            pool,
+            sink,
             resolver,
             config,
             monitor: Arc::clone(&monitor),
@@ -221,9 +277,9 @@ struct Source {
 type SourceKey = Vec<u8>;
 
 /// One endpoint's state, owned by its thread.
-struct EndpointTask<I: KvIndex + ?Sized + 'static> {
+struct EndpointTask<S: Sink> {
     endpoint: EngineEndpoint,
-    shared: Arc<Shared<I>>,
+    shared: Arc<Shared<S>>,
     subscription: Subscription,
     replay: Option<ReplayClient>,
     sources: HashMap<SourceKey, Source>,
@@ -231,10 +287,10 @@ struct EndpointTask<I: KvIndex + ?Sized + 'static> {
     redial_at: Option<Instant>,
 }
 
-impl<I: KvIndex + ?Sized + 'static> EndpointTask<I> {
+impl<S: Sink> EndpointTask<S> {
     fn new(
         endpoint: EngineEndpoint,
-        shared: Arc<Shared<I>>,
+        shared: Arc<Shared<S>>,
         subscription: Subscription,
         replay: Option<ReplayClient>,
     ) -> Self {
@@ -536,7 +592,7 @@ impl<I: KvIndex + ?Sized + 'static> EndpointTask<I> {
         };
         if let Some(id) = all_ranks {
             // Queued behind the worker's earlier events, ahead of the rebuild's.
-            self.shared.pool.remove_worker(id);
+            self.shared.sink.remove_worker(id);
         }
         let source = self.source(key);
         if let Some(mapper) = &source.mapper {
@@ -546,11 +602,8 @@ impl<I: KvIndex + ?Sized + 'static> EndpointTask<I> {
         workers.retain(|w| Some(w.id) != all_ranks);
         workers.extend(fixed);
         let event_id = source.tracker.last().unwrap_or(0);
-        let clears = workers.into_iter().map(|worker| Event {
-            worker,
-            event_id,
-            kind: EventKind::Cleared,
-        });
+        let sink = &self.shared.sink;
+        let clears = workers.into_iter().map(|w| sink.cleared(w, event_id));
         self.submit(clears.collect());
     }
 
@@ -566,12 +619,13 @@ impl<I: KvIndex + ?Sized + 'static> EndpointTask<I> {
                 return;
             }
         };
+        let sink = Arc::clone(&self.shared.sink);
         let source = self.source(key);
         let Some(mapper) = &source.mapper else {
             return; // unreachable: a source is given its mapper before its first message
         };
-        let mapped = mapper.map(&batch, seq);
-        if !mapped.events.is_empty() {
+        let mapped = sink.map(mapper, &batch, seq);
+        if !mapped.items.is_empty() {
             source.workers.insert(mapper.worker(&batch));
         }
         bump(&counters.unknown_events, batch.unknown_events as u64);
@@ -580,34 +634,43 @@ impl<I: KvIndex + ?Sized + 'static> EndpointTask<I> {
         if let Some(error) = mapped.rejected.last() {
             self.problem(error);
         }
-        self.submit(mapped.events);
+        self.submit(mapped.items);
         // Counted last: once a batch shows here, its events are in the pool.
         bump(&counters.batches, 1);
     }
 
-    /// Queues events in the pool, waiting in short slices while a queue is full so that a stop
-    /// request is never held up by a busy pool.
-    fn submit(&self, events: Vec<Event>) {
-        for mut event in events {
+    /// Hands events to the sink, waiting in short slices while a pool queue is full so that a
+    /// stop request is never held up by a busy pool.
+    fn submit(&self, items: Vec<S::Item>) {
+        let counters = &self.shared.monitor.counters;
+        for mut item in items {
             loop {
-                match self.shared.pool.try_submit(event) {
-                    Ok(()) => {
-                        bump(&self.shared.monitor.counters.events, 1);
-                        break;
-                    }
-                    Err(SubmitError::Full(back)) => {
+                match self.shared.sink.offer(item) {
+                    Offer::Taken => bump(&counters.events, 1),
+                    Offer::Full(back) => {
                         if self.stopped() {
                             return;
                         }
-                        event = back;
+                        item = back;
                         std::thread::sleep(Duration::from_micros(200));
+                        continue;
                     }
-                    Err(error) => {
+                    Offer::Warned(warning) => {
+                        bump(&counters.events, 1);
+                        bump(&counters.index_warnings, 1);
+                        self.problem(warning);
+                    }
+                    Offer::Refused(why) => {
+                        bump(&counters.index_refused, 1);
+                        self.problem(why);
+                    }
+                    Offer::Gone(why) => {
                         // Only once the pool's writer thread has died: nothing to do but say so.
-                        self.problem(error);
+                        self.problem(why);
                         return;
                     }
                 }
+                break;
             }
         }
     }
