@@ -3,6 +3,21 @@
 use crate::replay::Report;
 use crate::workload::{Op, Workload};
 
+/// The median of `values` as every table of flashbench reports it: the middle value, the upper
+/// of the two middle ones for an even count (always a value that was measured). `None` if empty.
+///
+/// ```
+/// use flashbench::report::median;
+///
+/// assert_eq!(median(vec![3.0, 1.0, 2.0]), Some(2.0));
+/// assert_eq!(median(vec![4.0, 1.0, 3.0, 2.0]), Some(3.0));
+/// assert_eq!(median(Vec::new()), None);
+/// ```
+pub fn median(mut values: Vec<f64>) -> Option<f64> {
+    values.sort_by(f64::total_cmp);
+    values.get(values.len() / 2).copied()
+}
+
 /// One line about a workload: its size and mix.
 pub fn describe(workload: &Workload) {
     let (mut matches, mut stores, mut removes, mut blocks) = (0u64, 0u64, 0u64, 0u64);

@@ -153,9 +153,8 @@ fn quantile(ns: &[u64], q: f64) -> f64 {
     h.value_at_quantile(q) as f64 / 1000.0
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
+fn median(v: Vec<f64>) -> f64 {
+    crate::report::median(v).unwrap_or(f64::NAN)
 }
 
 /// Runs the preset; returns its markdown table. `Err` if any layout's answer differs from its

@@ -4,6 +4,7 @@ use super::measure::Run;
 use super::presets::DEPTHS;
 use super::subject::BASELINE;
 use super::{CompareConfig, Outcome};
+use crate::report::median;
 use plotters::prelude::*;
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -16,14 +17,6 @@ fn value(run: &Run, column: &str) -> Option<f64> {
         return Some((deep - shallow) * 1000.0 / 3072.0);
     }
     run.values.get(column).copied()
-}
-
-fn median(mut v: Vec<f64>) -> Option<f64> {
-    if v.is_empty() {
-        return None;
-    }
-    v.sort_by(f64::total_cmp);
-    Some(v[v.len() / 2])
 }
 
 fn median_of(runs: &[Run], column: &str) -> Option<f64> {

@@ -5,8 +5,8 @@
 //! hold every sequence, the same queries go to both: first one by one, to compare every answer;
 //! then from 1, 8 and 64 concurrent clients (each its own keep-alive connection) for a fixed
 //! time per client count, the two services alternating, in interleaved rounds whose medians are
-//! reported (as `compare` does: one noisy phase cannot decide a ratio). Resident memory is read from `/proc`
-//! after the load; our server's time per query by phase from its metrics.
+//! reported (as `compare` does: one noisy phase cannot decide a ratio). Resident memory is read
+//! from `/proc` after the load; our server's time per query by phase from its metrics.
 
 use std::fmt::Write as _;
 use std::io::{BufRead, BufReader};
@@ -358,14 +358,7 @@ struct Summary {
 impl Summary {
     fn of(loads: &[Load]) -> Summary {
         let median = |f: &dyn Fn(&Load) -> f64| {
-            let mut values: Vec<f64> = loads.iter().map(f).collect();
-            values.sort_by(f64::total_cmp);
-            let n = values.len();
-            if n % 2 == 1 {
-                values[n / 2]
-            } else {
-                (values[n / 2 - 1] + values[n / 2]) / 2.0
-            }
+            crate::report::median(loads.iter().map(f).collect()).unwrap_or(f64::NAN)
         };
         let quantile = |q: f64| median(&|l: &Load| l.latency_us.value_at_quantile(q) as f64);
         Summary {
@@ -438,13 +431,14 @@ pub fn run(config: &Config) -> Result<String, String> {
     let mut rounds: Vec<[Vec<Load>; 2]> =
         config.clients.iter().map(|_| Default::default()).collect();
     let mut phase_sums: Vec<Vec<(f64, f64)>> = vec![vec![(0.0, 0.0); PHASES.len()]; rounds.len()];
-    for round in 0..config.rounds.max(1) {
+    let round_count = config.rounds.max(1);
+    for round in 0..round_count {
         for (c, &clients) in config.clients.iter().enumerate() {
             for (s, service) in [&ours, &theirs].into_iter().enumerate() {
                 eprintln!(
                     "service: round {} of {}, {} with {clients} clients",
                     round + 1,
-                    config.rounds.max(1),
+                    round_count,
                     service.name
                 );
                 let before = phase_totals(&ours)?;
