@@ -219,14 +219,15 @@ class RadixTree:
 
 @final
 class Subscriber:
-    """ZeroMQ ingest of vLLM/SGLang engines on threads of its own, feeding ``index``.
+    """ZeroMQ ingest of vLLM/SGLang engines on threads of its own, feeding ``index`` (an
+    ``Index``, or a ``HybridIndex``: each event with its ``group_idx``).
 
     Each engine: ``{"events": "tcp://host:5557", "worker_id": 1}`` with optional ``"replay"``,
     ``"dp_rank"`` and ``"bind"``."""
 
     def __new__(
         cls,
-        index: Index,
+        index: Union[Index, HybridIndex],
         engines: List[Dict[str, Union[str, int, bool]]],
         engine: Literal["vllm", "sglang"] = "vllm",
     ) -> "Subscriber": ...

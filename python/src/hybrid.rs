@@ -9,6 +9,7 @@ use flash_indexer::{Block, Event, EventError, KvIndex, LocalHash, SeqHash};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
+use std::sync::Arc;
 
 /// A group as Python gives it: `(kind, block_size)` or `(kind, block_size, window)`.
 fn group_spec(group: &Bound<'_, PyAny>) -> PyResult<GroupSpec> {
@@ -51,7 +52,8 @@ fn group_tuple(spec: &GroupSpec) -> (&'static str, u32, Option<u32>) {
 /// `"mamba"`. At least one full-attention group; one block size for all.
 #[pyclass(module = "flash_indexer", frozen)]
 pub struct HybridIndex {
-    index: HybridIndexer<Box<dyn KvIndex>>,
+    /// Shared with a [`Subscriber`](crate::subscriber::Subscriber)'s threads.
+    pub(crate) index: Arc<HybridIndexer<Box<dyn KvIndex>>>,
     layout: String,
 }
 
@@ -67,7 +69,7 @@ impl HybridIndex {
         let model = ModelGroups::new(specs).map_err(|e| PyValueError::new_err(e.to_string()))?;
         let chain = make_layout(layout)?;
         Ok(Self {
-            index: HybridIndexer::with_layout(model, chain),
+            index: Arc::new(HybridIndexer::with_layout(model, chain)),
             layout: layout.to_owned(),
         })
     }

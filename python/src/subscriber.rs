@@ -1,10 +1,11 @@
 //! `Subscriber`: the crate's ZeroMQ ingest of vLLM and SGLang engines, on its own threads.
 
+use crate::hybrid::HybridIndex;
 use crate::index::Index;
 use flash_indexer::KvIndex;
 use flash_indexer::ingest::{self, EngineEndpoint, SubscriberConfig};
 use flash_indexer::pool::{PoolConfig, WriterPool};
-use pyo3::exceptions::{PyRuntimeError, PyValueError};
+use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use std::sync::{Arc, Mutex};
@@ -16,15 +17,19 @@ use std::sync::{Arc, Mutex};
 /// `"replay"` (the engine's replay socket, for gap repair), `"dp_rank"` (a fixed rank; default:
 /// each batch's own) and `"bind": True` (listen instead of dialling). `engine` says how hashes
 /// sent as bytes become integers: `"vllm"` or `"sglang"`.
+///
+/// `index` is an `Index` (events queued in a writer pool) or a `HybridIndex` (each event with
+/// its `group_idx`, applied on its engine's thread).
 #[pyclass(module = "flash_indexer", frozen)]
 pub struct Subscriber {
     running: Mutex<Option<Running>>,
 }
 
-/// The ingest threads and the writer pool they feed; gone once closed.
+/// The ingest threads and the writer pool they feed (none for a hybrid index, which they apply
+/// events to themselves); gone once closed.
 struct Running {
     subscriber: ingest::Subscriber,
-    pool: Arc<WriterPool<dyn KvIndex>>,
+    pool: Option<Arc<WriterPool<dyn KvIndex>>>,
 }
 
 fn endpoint(engine: &Bound<'_, PyDict>) -> PyResult<EngineEndpoint> {
@@ -68,7 +73,7 @@ impl Subscriber {
     #[pyo3(signature = (index, engines, engine="vllm"))]
     fn new(
         py: Python<'_>,
-        index: &Index,
+        index: &Bound<'_, PyAny>,
         engines: Vec<Bound<'_, PyDict>>,
         engine: &str,
     ) -> PyResult<Self> {
@@ -77,13 +82,27 @@ impl Subscriber {
             engine: crate::convert::engine(engine)?,
             ..SubscriberConfig::default()
         };
-        let shared: Arc<dyn KvIndex> = index.index.clone();
-        let pool: Arc<WriterPool<dyn KvIndex>> =
-            Arc::new(WriterPool::new(shared, PoolConfig::default()));
-        let subscriber = crate::guard::detach(py, || {
-            ingest::Subscriber::spawn(pool.clone(), endpoints, config)
-        })?
-        .map_err(|e| PyValueError::new_err(e.to_string()))?;
+        let running = if let Ok(index) = index.cast::<Index>() {
+            let shared: Arc<dyn KvIndex> = index.get().index.clone();
+            let pool: Arc<WriterPool<dyn KvIndex>> =
+                Arc::new(WriterPool::new(shared, PoolConfig::default()));
+            let subscriber = crate::guard::detach(py, || {
+                ingest::Subscriber::spawn(pool.clone(), endpoints, config)
+            })?;
+            (subscriber, Some(pool))
+        } else if let Ok(index) = index.cast::<HybridIndex>() {
+            let shared = index.get().index.clone();
+            let subscriber = crate::guard::detach(py, || {
+                ingest::Subscriber::spawn_hybrid(shared, endpoints, config)
+            })?;
+            (subscriber, None)
+        } else {
+            return Err(PyTypeError::new_err(
+                "index must be a flash_indexer.Index or a flash_indexer.HybridIndex",
+            ));
+        };
+        let (subscriber, pool) = running;
+        let subscriber = subscriber.map_err(|e| PyValueError::new_err(e.to_string()))?;
         Ok(Self {
             running: Mutex::new(Some(Running { subscriber, pool })),
         })
@@ -105,13 +124,17 @@ impl Subscriber {
         Ok(out)
     }
 
-    /// Waits until every event received so far is applied to the index.
+    /// Waits until every event received so far is applied to the index (a hybrid index's are
+    /// applied as they are received).
     fn flush(&self, py: Python<'_>) -> PyResult<()> {
         let pool = match self.running.lock().expect("never poisoned").as_ref() {
             Some(running) => running.pool.clone(),
             None => return Err(PyRuntimeError::new_err("the subscriber is closed")),
         };
-        crate::guard::detach(py, || pool.flush())
+        match pool {
+            Some(pool) => crate::guard::detach(py, || pool.flush()),
+            None => Ok(()),
+        }
     }
 
     /// Stops the threads, applying what was received. Closing twice does nothing.
@@ -120,7 +143,9 @@ impl Subscriber {
         match running {
             Some(Running { subscriber, pool }) => crate::guard::detach(py, || {
                 subscriber.shutdown();
-                pool.flush();
+                if let Some(pool) = pool {
+                    pool.flush();
+                }
             }),
             None => Ok(()),
         }

@@ -3,6 +3,7 @@ reuse rules; from direct calls and from vLLM's msgpack batches."""
 
 import importlib.util
 import os
+import time
 
 import pytest
 
@@ -57,8 +58,8 @@ def test_bad_models_and_bad_events_raise_value_error_and_change_nothing():
     assert index.find_matches([1]) == {}
 
 
-@pytest.mark.parametrize("use_map", [False, True])
-def test_vllm_batches_go_to_their_groups(use_map):
+def load_publisher():
+    """The repository's stand-in for vLLM engines, as a module (its event structs and encoder)."""
     pytest.importorskip("msgspec")
     pytest.importorskip("zmq")
     spec = importlib.util.spec_from_file_location(
@@ -67,6 +68,12 @@ def test_vllm_batches_go_to_their_groups(use_map):
     )
     publisher = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(publisher)
+    return publisher
+
+
+@pytest.mark.parametrize("use_map", [False, True])
+def test_vllm_batches_go_to_their_groups(use_map):
+    publisher = load_publisher()
 
     # Qwen3-Next-like: full attention (group 0) and Mamba (group 1), blocks of 16 tokens.
     index = fi.HybridIndex([("full_attention", 16), ("mamba", 16)])
@@ -82,3 +89,59 @@ def test_vllm_batches_go_to_their_groups(use_map):
     counts = index.apply_engine_batch(9, publisher.encode([full, state, stray], 0, use_map))
     assert counts == {"applied": 2, "rejected": 1, "filtered": 0}
     assert index.find_matches(fi.local_hashes(tokens, 16)) == {(9, 0): 3}
+
+
+def test_a_subscriber_feeds_a_hybrid_index_each_event_to_its_group():
+    publisher = load_publisher()
+    import zmq
+
+    # gpt-oss-like: full attention (group 0) and a window of 32 tokens (group 1), blocks of 16.
+    index = fi.HybridIndex([("full_attention", 16), ("sliding_window", 16, 32)], layout="radix")
+    tokens = list(range(900, 900 + 6 * 16))
+    digests = fi.vllm_block_hashes(tokens, 16, "42")
+    full = publisher.BlockStored(digests, None, tokens, 16, None, "GPU", None, group_idx=0)
+    window = publisher.BlockStored(digests, None, tokens, 16, None, "GPU", None, group_idx=1)
+    slid_out = publisher.BlockRemoved(digests[:3], "GPU", group_idx=1)
+    query = fi.local_hashes(tokens, 16)
+    context = zmq.Context()
+    socket = context.socket(zmq.PUB)
+    port = socket.bind_to_random_port("tcp://127.0.0.1")
+    sent = 0
+
+    def publish(events):
+        nonlocal sent
+        socket.send_multipart([b"", sent.to_bytes(8, "big"), publisher.encode(events, 0, False)])
+        sent += 1
+
+    try:
+        with fi.Subscriber(index, [{"events": f"tcp://127.0.0.1:{port}", "worker_id": 4}]) as subscriber:
+            # A PUB socket drops what it sends before the subscription is up: publish until seen.
+            for _ in range(500):
+                publish([full, window])
+                time.sleep(0.02)
+                if index.find_matches(query) == {(4, 0): 6}:
+                    break
+            assert index.find_matches(query) == {(4, 0): 6}
+            batches = subscriber.stats()["batches"]
+            publish([slid_out])
+            for _ in range(500):
+                subscriber.flush()
+                if subscriber.stats()["batches"] > batches:
+                    break
+                time.sleep(0.01)
+            stats = subscriber.stats()
+        assert stats["decode_errors"] == 0 and stats["index_refused"] == 0, stats
+        # The window group slid past blocks 0..3: the whole prompt and 5 blocks still have their
+        # window of two blocks; 4 blocks do not (block 2 is gone).
+        assert index.find_matches(query) == {(4, 0): 6}
+        assert index.find_matches(query[:5]) == {(4, 0): 5}
+        assert index.find_matches(query[:4]) == {}
+        assert index.block_count(4, 1) == 3
+    finally:
+        socket.close()
+        context.term()
+
+
+def test_a_subscriber_takes_an_index_or_a_hybrid_index_only():
+    with pytest.raises(TypeError, match="HybridIndex"):
+        fi.Subscriber(object(), [{"events": "tcp://127.0.0.1:1", "worker_id": 1}])
