@@ -5,6 +5,12 @@
 //! [`WriterPool`](crate::pool::WriterPool) in front of every layout; a gap, a jump or a restart
 //! clears the engine's worker, as a resynchronization without a replay buffer does. The
 //! reference gets the same events directly, and every layout must answer as it does.
+//!
+//! With feature `hybrid`, the same batches also go the way
+//! [`Subscriber::spawn_hybrid`](crate::ingest::Subscriber::spawn_hybrid) takes them: mapped with
+//! their groups for a model of full attention, a sliding window and Mamba, into every layout's
+//! [`HybridIndexer`](crate::hybrid::HybridIndexer) and the naive hybrid reference, which must
+//! agree on every answer too.
 
 use super::enabled_layouts;
 use crate::ingest::sequence::{SeqCheck, SeqTracker};
@@ -57,6 +63,8 @@ pub fn run_ingest_input(data: &[u8]) -> Result<(), String> {
             (l.name, WriterPool::new(index, PoolConfig::default()))
         })
         .collect();
+    #[cfg(feature = "hybrid")]
+    let hybrid = hybrid::Fleet::new();
     let mut tracker = SeqTracker::default();
     let mut workers = BTreeSet::new();
     let mut chains: Vec<Vec<LocalHash>> = Vec::new();
@@ -78,6 +86,8 @@ pub fn run_ingest_input(data: &[u8]) -> Result<(), String> {
             // No replay socket: the engine's workers are cleared and the stream taken as it comes.
             for &worker in &workers {
                 apply_everywhere(&naive, &pools, &Event::cleared(worker, seq))?;
+                #[cfg(feature = "hybrid")]
+                hybrid.clear(worker, seq)?;
             }
             tracker.reset();
         }
@@ -94,7 +104,11 @@ pub fn run_ingest_input(data: &[u8]) -> Result<(), String> {
             }
             apply_everywhere(&naive, &pools, event)?;
         }
+        #[cfg(feature = "hybrid")]
+        hybrid.apply(&mapper, &batch, seq, &mut workers)?;
     }
+    #[cfg(feature = "hybrid")]
+    hybrid.check(&workers, &chains)?;
     for (name, pool) in &pools {
         pool.flush();
         for worker in &workers {
@@ -136,4 +150,117 @@ fn apply_everywhere(
             .map_err(|e| format!("{name}: the pool refused {event:?}: {e}"))?;
     }
     Ok(())
+}
+
+/// The hybrid side of a case: the same batches, mapped with their groups.
+#[cfg(feature = "hybrid")]
+mod hybrid {
+    use super::enabled_layouts;
+    use crate::hybrid::{
+        GroupKind, GroupSpec, HybridIndex, HybridIndexer, ModelGroups, NaiveHybridIndexer,
+    };
+    use crate::ingest::{EventMapper, KvEventBatch};
+    use crate::{Event, KvIndex, LocalHash, Worker};
+    use std::collections::BTreeSet;
+
+    pub(super) struct Fleet {
+        naive: NaiveHybridIndexer,
+        layouts: Vec<(&'static str, HybridIndexer<Box<dyn KvIndex>>)>,
+    }
+
+    impl Fleet {
+        /// Full attention, a window of 32 tokens and Mamba, blocks of 16 (the fuzzer's payloads
+        /// say any block size; the mapping takes whole blocks of the event's own).
+        pub(super) fn new() -> Fleet {
+            let model = ModelGroups::new(vec![
+                GroupSpec::new(GroupKind::FullAttention, 16),
+                GroupSpec::new(GroupKind::SlidingWindow { window: 32 }, 16),
+                GroupSpec::new(GroupKind::Mamba, 16),
+            ])
+            .expect("a valid model");
+            let layouts = enabled_layouts()
+                .iter()
+                .map(|l| {
+                    (
+                        l.name,
+                        HybridIndexer::with_layout(model.clone(), (l.make)()),
+                    )
+                })
+                .collect();
+            Fleet {
+                naive: NaiveHybridIndexer::new(model),
+                layouts,
+            }
+        }
+
+        /// Every index takes `event` of `group`; they must agree on whether it was refused.
+        fn apply_one(&self, group: u32, event: &Event) -> Result<(), String> {
+            let want = self.naive.apply(group, event).map_err(|e| e.kind_name());
+            for (name, index) in &self.layouts {
+                let got = index.apply(group, event).map_err(|e| e.kind_name());
+                if got != want {
+                    return Err(format!(
+                        "hybrid {name}: {event:?} of group {group} gave {got:?}, reference {want:?}"
+                    ));
+                }
+            }
+            Ok(())
+        }
+
+        pub(super) fn clear(&self, worker: Worker, seq: u64) -> Result<(), String> {
+            let chain = self.naive.model().chain_group();
+            self.apply_one(chain, &Event::cleared(worker, seq))
+        }
+
+        pub(super) fn apply(
+            &self,
+            mapper: &EventMapper,
+            batch: &KvEventBatch,
+            seq: u64,
+            workers: &mut BTreeSet<Worker>,
+        ) -> Result<(), String> {
+            for (group, event) in mapper.map_groups(batch, seq, self.naive.model()).events {
+                workers.insert(event.worker);
+                self.apply_one(group, &event)?;
+            }
+            Ok(())
+        }
+
+        /// Every group's block counts and every chain's scores, against the reference.
+        pub(super) fn check(
+            &self,
+            workers: &BTreeSet<Worker>,
+            chains: &[Vec<LocalHash>],
+        ) -> Result<(), String> {
+            let groups = self.naive.model().len() as u32;
+            for (name, index) in &self.layouts {
+                for &worker in workers {
+                    for group in 0..groups {
+                        let (got, want) = (
+                            index.block_count(worker, group),
+                            self.naive.block_count(worker, group),
+                        );
+                        if got != want {
+                            return Err(format!(
+                                "hybrid {name}: {worker:?} group {group} holds {got}, reference {want}"
+                            ));
+                        }
+                    }
+                }
+                for chain in chains {
+                    let (got, want) = (index.find_matches(chain), self.naive.find_matches(chain));
+                    for &worker in workers {
+                        if got.get(worker) != want.get(worker) {
+                            return Err(format!(
+                                "hybrid {name}: {worker:?} scores {chain:?} {:?}, reference {:?}",
+                                got.get(worker),
+                                want.get(worker)
+                            ));
+                        }
+                    }
+                }
+            }
+            Ok(())
+        }
+    }
 }
