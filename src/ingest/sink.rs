@@ -17,6 +17,8 @@ pub(crate) struct Batch<T> {
 }
 
 /// What became of one offered item.
+// A pool only queues: the index's verdicts come from a sink that applies in place (`hybrid`).
+#[cfg_attr(not(feature = "hybrid"), allow(dead_code))]
 pub(crate) enum Offer<T> {
     /// Taken: queued, or applied.
     Taken,
