@@ -4,7 +4,7 @@
 use super::decode::KvEventBatch;
 use super::map::{EventMapper, MapError};
 use crate::pool::{SubmitError, WriterPool};
-use crate::{Event, EventKind, KvIndex, Worker};
+use crate::{Event, KvIndex, Worker};
 
 /// One batch mapped for a sink.
 pub(crate) struct Batch<T> {
@@ -60,11 +60,7 @@ impl<I: KvIndex + ?Sized + 'static> Sink for WriterPool<I> {
     }
 
     fn cleared(&self, worker: Worker, event_id: u64) -> Event {
-        Event {
-            worker,
-            event_id,
-            kind: EventKind::Cleared,
-        }
+        Event::cleared(worker, event_id)
     }
 
     fn offer(&self, event: Event) -> Offer<Event> {
@@ -105,12 +101,10 @@ impl<H: crate::hybrid::HybridIndex + ?Sized + 'static> Sink for Hybrid<H> {
 
     /// A clear of the chain group clears every group of the worker.
     fn cleared(&self, worker: Worker, event_id: u64) -> (u32, Event) {
-        let event = Event {
-            worker,
-            event_id,
-            kind: EventKind::Cleared,
-        };
-        (self.0.model().chain_group(), event)
+        (
+            self.0.model().chain_group(),
+            Event::cleared(worker, event_id),
+        )
     }
 
     fn offer(&self, (group, event): (u32, Event)) -> Offer<(u32, Event)> {

@@ -619,8 +619,9 @@ impl<S: Sink> EndpointTask<S> {
                 return;
             }
         };
-        let sink = Arc::clone(&self.shared.sink);
-        let source = self.source(key);
+        // Disjoint fields: the sink is only read while the source is written.
+        let sink = &self.shared.sink;
+        let source = self.sources.entry(key.clone()).or_default();
         let Some(mapper) = &source.mapper else {
             return; // unreachable: a source is given its mapper before its first message
         };
