@@ -20,6 +20,10 @@
 //! or a test drives time exactly. [`expire`](ApproximateIndexer::expire) lets a router expire
 //! predictions between decisions.
 //!
+//! Router replicas behind a load balancer each see only their share of the decisions.
+//! [`SharedApproximateIndexer`] shares them through a [`DecisionLog`] (in process,
+//! [`MemoryLog`]), so that every replica predicts from the whole fleet's decisions.
+//!
 //! [`NaiveApproximateIndexer`] states the same semantics as plainly as possible; every layout
 //! is checked against it.
 //!
@@ -45,13 +49,18 @@
 //! assert_eq!(index.find_matches(&prompt[..2]).get(worker), Some(2));
 //! ```
 
+pub mod decision;
+mod log;
 mod naive;
 mod predictions;
 mod retention;
+mod share;
 
+pub use log::{DecisionLog, LogError, LogPosition, MemoryLog};
 pub use naive::NaiveApproximateIndexer;
 pub use predictions::{ForeignRouted, Routed};
 pub use retention::Retention;
+pub use share::{ShareStats, SharedApproximateIndexer};
 
 use crate::error::EventError;
 use crate::index::KvIndex;

@@ -42,6 +42,11 @@ impl Routed {
             .ok_or(ForeignRouted)
     }
 
+    /// The request's number in the index that routed it (what a shared decision names).
+    pub(crate) fn number(&self) -> u64 {
+        self.id
+    }
+
     /// The worker the request was routed to.
     pub fn worker(&self) -> Worker {
         self.worker
