@@ -22,7 +22,8 @@
 //!
 //! Router replicas behind a load balancer each see only their share of the decisions.
 //! [`SharedApproximateIndexer`] shares them through a [`DecisionLog`] (in process,
-//! [`MemoryLog`]), so that every replica predicts from the whole fleet's decisions.
+//! [`MemoryLog`]; a Redis or Valkey stream, `RedisLog` with feature `redis`), so that every
+//! replica predicts from the whole fleet's decisions.
 //!
 //! [`NaiveApproximateIndexer`] states the same semantics as plainly as possible; every layout
 //! is checked against it.
@@ -53,12 +54,16 @@ pub mod decision;
 mod log;
 mod naive;
 mod predictions;
+#[cfg(feature = "redis")]
+mod redis_log;
 mod retention;
 mod share;
 
 pub use log::{DecisionLog, LogError, LogPosition, MemoryLog};
 pub use naive::NaiveApproximateIndexer;
 pub use predictions::{ForeignRouted, Routed};
+#[cfg(feature = "redis")]
+pub use redis_log::RedisLog;
 pub use retention::Retention;
 pub use share::{ShareStats, SharedApproximateIndexer};
 
