@@ -237,6 +237,14 @@ enum Command {
         /// a real clock and is scaled down by the same factor).
         #[arg(long, default_value_t = 200.0)]
         dynamo_speed: f64,
+        /// Router replica counts, comma separated: each approximate policy also runs as N
+        /// replicas taking requests in turn, isolated and sharing decisions (`--policies
+        /// kv-approx/lru` selects its replicated runs too).
+        #[arg(long, value_delimiter = ',', default_value = "1")]
+        routers: Vec<usize>,
+        /// How late a shared decision reaches the other replicas, milliseconds.
+        #[arg(long, default_value_t = 1.0)]
+        share_delay_ms: f64,
         /// Write route.md, route.json and route.svg here.
         #[arg(long)]
         out: Option<PathBuf>,
@@ -438,12 +446,17 @@ fn route_job(
     loads: &[f64],
     names: &[String],
     dynamo_speed: f64,
+    routers: &[usize],
     out: Option<&Path>,
 ) -> Result<(), String> {
     if let Some(bad) = loads.iter().find(|l| !(l.is_finite() && **l > 0.0)) {
         return Err(format!("--loads: {bad} is not a positive load"));
     }
-    let all = route::policies(dynamo_speed.max(1e-3));
+    if routers.contains(&0) {
+        return Err("--routers: a count of 0 routers".into());
+    }
+    let mut all = route::policies(dynamo_speed.max(1e-3));
+    all.extend(route::replicated_policies(routers));
     for name in names {
         if !all.iter().any(|p| &p.name == name) {
             let known: Vec<&str> = all.iter().map(|p| p.name.as_str()).collect();
@@ -453,9 +466,15 @@ fn route_job(
             ));
         }
     }
+    // A replicated run is chosen with its base policy ("kv-approx/lru x4 shared").
     let chosen: Vec<&route::PolicyFactory> = all
         .iter()
-        .filter(|p| names.is_empty() || names.contains(&p.name))
+        .filter(|p| {
+            names.is_empty()
+                || names
+                    .iter()
+                    .any(|n| p.name == *n || p.name.starts_with(&format!("{n} x")))
+        })
         .collect();
     let requests = route::prepare(trace, cfg.block_size);
     let limits = route::Limits {
@@ -618,6 +637,8 @@ fn run(cli: Cli) -> Result<(), String> {
             loads,
             policies,
             dynamo_speed,
+            routers,
+            share_delay_ms,
             out,
         }) => {
             let (trace, source) = match trace {
@@ -631,8 +652,12 @@ fn run(cli: Cli) -> Result<(), String> {
                 prefill_tokens_per_s: *prefill_tokens_per_s,
                 decode_tokens_per_s: *decode_tokens_per_s,
                 event_delay_us: (event_delay_ms * 1000.0) as u64,
+                share_delay_us: (share_delay_ms * 1000.0) as u64,
                 ..route::RouteConfig::default()
             };
+            if !(share_delay_ms.is_finite() && *share_delay_ms >= 0.0) {
+                return Err(format!("--share-delay-ms: {share_delay_ms} is not a delay"));
+            }
             route_job(
                 &trace,
                 &source,
@@ -640,6 +665,7 @@ fn run(cli: Cli) -> Result<(), String> {
                 loads,
                 policies,
                 *dynamo_speed,
+                routers,
                 out.as_deref(),
             )
         }

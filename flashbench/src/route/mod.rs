@@ -16,6 +16,7 @@
 
 mod output;
 pub mod policy;
+pub mod replicas;
 pub use output::{Limits, table, write};
 #[cfg(feature = "dynamo")]
 pub mod dynamo;
@@ -48,6 +49,9 @@ pub struct RouteConfig {
     pub load: f64,
     /// The weight of uncached prompt blocks against running blocks in the KV-aware cost.
     pub overlap_weight: f64,
+    /// How late a router replica's decision reaches the others when they share decisions,
+    /// microseconds (see [`replicas`]).
+    pub share_delay_us: u64,
 }
 
 impl Default for RouteConfig {
@@ -61,6 +65,7 @@ impl Default for RouteConfig {
             event_delay_us: 20_000,
             load: 1.0,
             overlap_weight: 1.0,
+            share_delay_us: 1_000,
         }
     }
 }
@@ -324,6 +329,20 @@ pub struct PolicyFactory {
     pub make: MakePolicy,
 }
 
+/// A fleet's retention for an approximate policy.
+type MakeRetention = fn(&RouteConfig) -> flash_indexer::Retention;
+
+/// The approximate policies: Dynamo's TTL (with the engines' capacity as a bound) and the LRU
+/// model of each engine's capacity.
+const APPROXIMATE: [(&str, MakeRetention); 2] = [
+    ("kv-approx/ttl", |cfg| {
+        flash_indexer::Retention::default().with_capacity(cfg.capacity_blocks)
+    }),
+    ("kv-approx/lru", |cfg| {
+        flash_indexer::Retention::lru(cfg.capacity_blocks)
+    }),
+];
+
 /// Every policy of this build: random, round-robin, least-loaded, exact KV-aware over each
 /// primary layout, approximate KV-aware (TTL and LRU), and with the `dynamo` feature, CRTC
 /// KV-aware and Dynamo's approximate indexer (`dynamo_speed`: its pace, see [`dynamo`]).
@@ -359,30 +378,50 @@ pub fn policies(#[allow(unused_variables)] dynamo_speed: f64) -> Vec<PolicyFacto
             }),
         });
     }
-    out.push(PolicyFactory {
-        name: "kv-approx/ttl".into(),
-        make: Box::new(|cfg| {
-            let retention = flash_indexer::Retention::default().with_capacity(cfg.capacity_blocks);
-            Box::new(ApproximateKv::new(
-                "kv-approx/ttl",
-                retention,
-                cfg.overlap_weight,
-            ))
-        }),
-    });
-    out.push(PolicyFactory {
-        name: "kv-approx/lru".into(),
-        make: Box::new(|cfg| {
-            let retention = flash_indexer::Retention::lru(cfg.capacity_blocks);
-            Box::new(ApproximateKv::new(
-                "kv-approx/lru",
-                retention,
-                cfg.overlap_weight,
-            ))
-        }),
-    });
+    for (name, retention) in APPROXIMATE {
+        out.push(PolicyFactory {
+            name: name.into(),
+            make: Box::new(move |cfg| {
+                Box::new(ApproximateKv::new(name, retention(cfg), cfg.overlap_weight))
+            }),
+        });
+    }
     #[cfg(feature = "dynamo")]
     out.extend(dynamo::policies(dynamo_speed));
+    out
+}
+
+/// The approximate policies run by `n` router replicas for each `n` of `routers` above 1, each
+/// isolated and shared (through a log delivering decisions [`RouteConfig::share_delay_us`]
+/// late): named `kv-approx/ttl x4 shared` and so on.
+pub fn replicated_policies(routers: &[usize]) -> Vec<PolicyFactory> {
+    use replicas::{Replicated, Sharing};
+    let mut out = Vec::new();
+    for (base, retention) in APPROXIMATE {
+        for &n in routers.iter().filter(|&&n| n > 1) {
+            for (mode, shared) in [("isolated", false), ("shared", true)] {
+                let name = format!("{base} x{n} {mode}");
+                out.push(PolicyFactory {
+                    name: name.clone(),
+                    make: Box::new(move |cfg| {
+                        let delay = Duration::from_micros(cfg.share_delay_us);
+                        let sharing = if shared {
+                            Sharing::Shared { delay }
+                        } else {
+                            Sharing::Isolated
+                        };
+                        Box::new(Replicated::new(
+                            name.clone(),
+                            n,
+                            retention(cfg),
+                            sharing,
+                            cfg.overlap_weight,
+                        ))
+                    }),
+                });
+            }
+        }
+    }
     out
 }
 
@@ -408,6 +447,7 @@ mod tests {
         let requests = prepare(trace, cfg.block_size);
         policies(1_000.0)
             .iter()
+            .chain(&replicated_policies(&[2]))
             .filter(|p| !p.name.starts_with("dynamo/kv-approx"))
             .map(|p| simulate(&requests, cfg, (p.make)(cfg).as_mut()))
             .collect()
@@ -446,6 +486,41 @@ mod tests {
                 assert!(o.hit_rate > random.hit_rate, "{o:?} vs {random:?}");
             }
             assert!(reference.hit_rate <= infinite_cache_hit_rate(&requests));
+        }
+    }
+
+    /// Replicas that share decisions without delay each apply every decision in the log's
+    /// order before deciding, so they route exactly as one router does; isolated ones do not.
+    #[test]
+    fn replicas_sharing_without_delay_route_as_one_router() {
+        let cfg = RouteConfig {
+            workers: 4,
+            capacity_blocks: 300,
+            share_delay_us: 0,
+            ..RouteConfig::default()
+        };
+        let trace = shared_prompts(600, 5);
+        let requests = prepare(&trace, cfg.block_size);
+        let all = policies(1_000.0);
+        let replicated = replicated_policies(&[4]);
+        let outcome = |name: &str| {
+            let factory = all
+                .iter()
+                .chain(&replicated)
+                .find(|p| p.name == name)
+                .unwrap();
+            simulate(&requests, &cfg, (factory.make)(&cfg).as_mut())
+        };
+        for base in ["kv-approx/ttl", "kv-approx/lru"] {
+            let one = outcome(base);
+            let shared = outcome(&format!("{base} x4 shared"));
+            let isolated = outcome(&format!("{base} x4 isolated"));
+            assert_eq!(
+                (shared.hit_rate, shared.ttft_p50_ms, shared.ttft_p99_ms),
+                (one.hit_rate, one.ttft_p50_ms, one.ttft_p99_ms),
+                "{base}"
+            );
+            assert!(isolated.hit_rate < one.hit_rate, "{isolated:?} vs {one:?}");
         }
     }
 

@@ -57,8 +57,17 @@ pub fn write(
     dir: &Path,
 ) -> Result<(), String> {
     std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    let replicated = outcomes.iter().any(|o| o.policy.contains(" shared"));
+    let shared = if replicated {
+        format!(
+            ", router replicas' shared decisions {} ms late",
+            cfg.share_delay_us as f64 / 1000.0
+        )
+    } else {
+        String::new()
+    };
     let mut md = format!(
-        "`flashbench route` on {source}: {} workers of {} blocks of {} tokens, prefill {} tokens/s per engine, decode {} tokens/s per request, events {} ms late, overlap weight {}.\n\n",
+        "`flashbench route` on {source}: {} workers of {} blocks of {} tokens, prefill {} tokens/s per engine, decode {} tokens/s per request, events {} ms late{shared}, overlap weight {}.\n\n",
         cfg.workers,
         cfg.capacity_blocks,
         cfg.block_size,
