@@ -77,6 +77,10 @@ class Index:
     ``"ttl"`` (predictions live ``ttl_seconds`` after their last routing, default 120) or
     ``"lru"`` (an LRU model of ``capacity_blocks`` per worker, running requests pinned until
     ``release``). A worker's first event makes it exact and drops its predictions.
+
+    ``share="redis://host:port/"`` (approximate mode only): this Index is one of several router
+    replicas sharing their routing decisions through the Redis or Valkey stream ``share_key``;
+    ``sync(now)`` applies the others' decisions.
     """
 
     def __new__(
@@ -85,6 +89,8 @@ class Index:
         approximate: Optional[Literal["ttl", "lru"]] = None,
         ttl_seconds: Optional[float] = None,
         capacity_blocks: Optional[int] = None,
+        share: Optional[str] = None,
+        share_key: str = "flash-indexer:decisions",
     ) -> "Index": ...
     @property
     def layout(self) -> str: ...
@@ -133,6 +139,12 @@ class Index:
         another Index routed it."""
     def expire(self, now: float) -> None:
         """Approximate mode: drop predictions whose time to live has passed."""
+    def sync(self, now: float) -> int:
+        """Shared mode: apply the other replicas' decisions not applied yet, each at its own
+        time; returns how many. ConnectionError if Redis cannot be read (routing goes on)."""
+    def share_stats(self) -> Dict[str, int]:
+        """Shared mode: ``published``, ``publish_failures``, ``applied``, ``duplicates``,
+        ``malformed``, ``unmatched_releases`` and ``read_failures`` counts."""
 
 @final
 class Routed:

@@ -2,12 +2,13 @@
 
 use crate::convert::{scores, tally};
 use crate::hashing::{PyMmItem, Request, hash_tokens};
+use flash_indexer::approx::{RedisLog, SharedApproximateIndexer};
 use flash_indexer::ingest::{EventMapper, MapConfig};
 use flash_indexer::{
     ApproximateIndexer, ArrayIndexer, Block, Event, EventKind, KvIndex, LocalHash,
     PositionalIndexer, RadixIndexer, Retention, Routed, SeqHash,
 };
-use pyo3::exceptions::{PyRuntimeError, PyValueError};
+use pyo3::exceptions::{PyConnectionError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 use std::sync::Arc;
@@ -31,6 +32,10 @@ pub(crate) fn make_layout(name: &str) -> PyResult<Box<dyn KvIndex>> {
 }
 
 type Approximate = ApproximateIndexer<Box<dyn KvIndex>>;
+type Shared = SharedApproximateIndexer<Box<dyn KvIndex>, RedisLog>;
+
+/// How long a shared log keeps decisions without a time to live: an hour.
+const UNTIMED_WINDOW: Duration = Duration::from_secs(3_600);
 
 /// The exact KV-cache index of a fleet: engines' events in, each worker's cached prefix depth
 /// out.
@@ -41,12 +46,17 @@ type Approximate = ApproximateIndexer<Box<dyn KvIndex>>;
 /// (default 120), or follow an LRU model of `capacity_blocks` per worker with running requests
 /// pinned until `release`. A worker's first event makes it exact.
 ///
+/// `share="redis://host:port/"` makes it one replica of several routers that share their routing
+/// decisions through the Redis (or Valkey) stream `share_key`: each call of `sync(now)` applies
+/// the other replicas' decisions, at the times they were made.
+///
 /// Workers are `(worker_id, dp_rank)` tuples (a bare `worker_id` means rank 0). Hashes are
 /// unsigned 64-bit integers. Every method that does work releases the GIL.
 #[pyclass(module = "flash_indexer", frozen)]
 pub struct Index {
     pub(crate) index: Arc<dyn KvIndex>,
     approximate: Option<Arc<Approximate>>,
+    shared: Option<Arc<Shared>>,
     layout: String,
 }
 
@@ -89,8 +99,19 @@ impl Index {
     }
 
     fn approximate(&self) -> PyResult<&Approximate> {
+        if let Some(shared) = &self.shared {
+            return Ok(shared.approximate());
+        }
         self.approximate.as_deref().ok_or_else(|| {
             PyRuntimeError::new_err("an exact Index has no routing decisions: build it with approximate=\"ttl\" or \"lru\"")
+        })
+    }
+
+    fn shared(&self) -> PyResult<&Shared> {
+        self.shared.as_deref().ok_or_else(|| {
+            PyRuntimeError::new_err(
+                "this Index shares no decisions: build it with share=\"redis://...\"",
+            )
         })
     }
 }
@@ -98,13 +119,20 @@ impl Index {
 #[pymethods]
 impl Index {
     #[new]
-    #[pyo3(signature = (layout="positional", approximate=None, ttl_seconds=None, capacity_blocks=None))]
+    #[pyo3(signature = (layout="positional", approximate=None, ttl_seconds=None, capacity_blocks=None, share=None, share_key="flash-indexer:decisions"))]
     fn new(
         layout: &str,
         approximate: Option<&str>,
         ttl_seconds: Option<f64>,
         capacity_blocks: Option<usize>,
+        share: Option<&str>,
+        share_key: &str,
     ) -> PyResult<Self> {
+        if share.is_some() && approximate.is_none() {
+            return Err(PyValueError::new_err(
+                "share is for approximate=\"ttl\" or \"lru\" (exact replicas follow the engines)",
+            ));
+        }
         let inner = make_layout(layout)?;
         let ttl = ttl_seconds.map(seconds).transpose()?;
         let retention = match approximate {
@@ -137,16 +165,25 @@ impl Index {
                 )));
             }
         };
-        let (index, approximate): (Arc<dyn KvIndex>, _) = match retention {
-            Some(retention) => {
-                let approximate = Arc::new(ApproximateIndexer::with_index(inner, retention));
-                (approximate.clone(), Some(approximate))
+        let (index, approximate, shared): (Arc<dyn KvIndex>, _, _) = match (retention, share) {
+            (Some(retention), Some(url)) => {
+                let window = retention.ttl_limit().unwrap_or(UNTIMED_WINDOW);
+                let log = RedisLog::open(url, share_key, window)
+                    .map_err(|e| PyValueError::new_err(e.to_string()))?;
+                let approximate = ApproximateIndexer::with_index(inner, retention);
+                let shared = Arc::new(SharedApproximateIndexer::with_index(approximate, log));
+                (shared.clone(), None, Some(shared))
             }
-            None => (Arc::from(inner), None),
+            (Some(retention), None) => {
+                let approximate = Arc::new(ApproximateIndexer::with_index(inner, retention));
+                (approximate.clone(), Some(approximate), None)
+            }
+            (None, _) => (Arc::from(inner), None, None),
         };
         Ok(Self {
             index,
             approximate,
+            shared,
             layout: layout.to_owned(),
         })
     }
@@ -318,7 +355,11 @@ impl Index {
         let approximate = self.approximate()?;
         let (w, now) = (crate::convert::worker(worker)?, seconds(now)?);
         let locals: Vec<LocalHash> = local_hashes.into_iter().map(LocalHash).collect();
-        let routed = crate::guard::detach(py, || approximate.record_routing(w, &locals, now))?;
+        let shared = self.shared.as_deref();
+        let routed = crate::guard::detach(py, || match shared {
+            Some(shared) => shared.record_routing(w, &locals, now),
+            None => approximate.record_routing(w, &locals, now),
+        })?;
         Ok(PyRouted(routed))
     }
 
@@ -327,8 +368,38 @@ impl Index {
     fn release(&self, py: Python<'_>, routed: &PyRouted, now: f64) -> PyResult<()> {
         let approximate = self.approximate()?;
         let (routed, now) = (routed.0, seconds(now)?);
-        crate::guard::detach(py, || approximate.release(routed, now))?
-            .map_err(|e| PyValueError::new_err(e.to_string()))
+        let shared = self.shared.as_deref();
+        crate::guard::detach(py, || match shared {
+            Some(shared) => shared.release(routed, now),
+            None => approximate.release(routed, now),
+        })?
+        .map_err(|e| PyValueError::new_err(e.to_string()))
+    }
+
+    /// Shared mode: applies the other replicas' decisions not applied yet, each at its own
+    /// time; returns how many. ConnectionError if Redis cannot be read (routing goes on with
+    /// what this replica has; the next call resumes where this one stopped).
+    fn sync(&self, py: Python<'_>, now: f64) -> PyResult<usize> {
+        let shared = self.shared()?;
+        let now = seconds(now)?;
+        crate::guard::detach(py, || shared.sync(now))?
+            .map_err(|e| PyConnectionError::new_err(e.to_string()))
+    }
+
+    /// Shared mode: what this replica did with the log, as a dict of counters (`published`,
+    /// `publish_failures`, `applied`, `duplicates`, `malformed`, `unmatched_releases`,
+    /// `read_failures`).
+    fn share_stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let s = self.shared()?.stats();
+        let out = PyDict::new(py);
+        out.set_item("published", s.published)?;
+        out.set_item("publish_failures", s.publish_failures)?;
+        out.set_item("applied", s.applied)?;
+        out.set_item("duplicates", s.duplicates)?;
+        out.set_item("malformed", s.malformed)?;
+        out.set_item("unmatched_releases", s.unmatched_releases)?;
+        out.set_item("read_failures", s.read_failures)?;
+        Ok(out)
     }
 
     /// Approximate mode: expire predictions whose time to live has passed at `now`.
@@ -339,13 +410,19 @@ impl Index {
     }
 
     fn __repr__(&self) -> String {
-        match &self.approximate {
-            Some(a) => format!(
+        match (self.approximate(), &self.shared) {
+            (Ok(a), Some(s)) => format!(
+                "Index(layout={:?}, approximate={:?}, share_key={:?})",
+                self.layout,
+                a.retention(),
+                s.log().key()
+            ),
+            (Ok(a), None) => format!(
                 "Index(layout={:?}, approximate={:?})",
                 self.layout,
                 a.retention()
             ),
-            None => format!("Index(layout={:?})", self.layout),
+            (Err(_), _) => format!("Index(layout={:?})", self.layout),
         }
     }
 }
