@@ -143,18 +143,25 @@ impl DecisionLog for MemoryLog {
 
 use std::sync::Arc; // sync-shim: DecisionLog for the std Arc users hold
 
-/// Replicas in one process share one log by reference counting.
-impl<L: DecisionLog + ?Sized> DecisionLog for Arc<L> {
-    fn append(&self, at: Duration, entry: &[u8]) -> Result<(), LogError> {
-        (**self).append(at, entry)
-    }
+macro_rules! forward_decision_log {
+    ($($pointer:ident),*) => {$(
+        /// Forwards to the pointee: replicas in one process share a log by reference counting,
+        /// and a boxed log picks its transport at run time.
+        impl<L: DecisionLog + ?Sized> DecisionLog for $pointer<L> {
+            fn append(&self, at: Duration, entry: &[u8]) -> Result<(), LogError> {
+                (**self).append(at, entry)
+            }
 
-    fn read(
-        &self,
-        after: Option<LogPosition>,
-        now: Duration,
-        max: usize,
-    ) -> Result<Vec<(LogPosition, Vec<u8>)>, LogError> {
-        (**self).read(after, now, max)
-    }
+            fn read(
+                &self,
+                after: Option<LogPosition>,
+                now: Duration,
+                max: usize,
+            ) -> Result<Vec<(LogPosition, Vec<u8>)>, LogError> {
+                (**self).read(after, now, max)
+            }
+        }
+    )*};
 }
+
+forward_decision_log!(Box, Arc);
