@@ -4,6 +4,8 @@
 //! |---|---|
 //! | `POST /query` | `{"model", "tokens" \| "local_hashes", "lora"?, "namespace"?, "cache_salt"?, "mm"?}`: every worker's matched depth per tier and weighted score, best first |
 //! | `POST /score` | `{"model", "prompt" \| "messages", "pods"?, "add_generation_prompt"?}`: the prompt tokenized with the model's tokenizer, each pod's score (llm-d's `GetPodScores`) |
+//! | `POST /route` | approximate mode (`--approximate`): `{"model", "tokens" \| "local_hashes", ..., "worker", "dp_rank"?}`: the router sent this request there; answers `{"request": N}` |
+//! | `POST /release` | approximate mode: `{"model", "request": N}`: that request finished |
 //! | `GET /workers` | engines followed (with ingest counters), topic pods, models and their indexes |
 //! | `POST /workers` | follow one more engine: `{"events", "replay"?, "worker", "dp_rank"?, "model"?}` |
 //! | `DELETE /workers/{id}` | stop following worker `id`'s engine and drop its blocks |
@@ -50,6 +52,8 @@ pub fn router(service: Arc<Service>, metrics: Option<PrometheusHandle>) -> Route
     Router::new()
         .route("/query", post(query))
         .route("/score", post(score))
+        .route("/route", post(route))
+        .route("/release", post(release))
         .route("/workers", get(list_workers).post(add_worker))
         .route("/workers/{id}", delete(remove_worker))
         .route("/health", get(health))
@@ -152,13 +156,118 @@ async fn query(
     let Json(request) = body?;
     let service = &app.service;
     let model = pick_model(service, request.model.as_deref())?;
-    let features_given = request.lora.is_some()
-        || request.namespace.is_some()
-        || request.cache_salt.is_some()
-        || request.mm.is_some();
-    let locals: Vec<LocalHash> = match (request.tokens, request.local_hashes) {
+    let locals = block_hashes(
+        &model,
+        BlockKeys {
+            tokens: request.tokens,
+            local_hashes: request.local_hashes,
+            lora: request.lora,
+            namespace: request.namespace,
+            cache_salt: request.cache_salt,
+            mm: request.mm,
+        },
+    )?;
+    let start = Instant::now();
+    let answer = service.query(&model, &locals);
+    let labels = [("model", model.name.clone())];
+    histogram!(QUERY_SECONDS, &labels).record(start.elapsed().as_secs_f64());
+    counter!("flash_indexer_queries_total", &labels).increment(1);
+    Ok(Json(answer))
+}
+
+/// The body of `POST /route`: a request's blocks as `POST /query` takes them, and its worker.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RouteRequest {
+    model: Option<String>,
+    tokens: Option<Vec<u32>>,
+    local_hashes: Option<Vec<u64>>,
+    lora: Option<String>,
+    namespace: Option<String>,
+    cache_salt: Option<String>,
+    mm: Option<Vec<MmRequest>>,
+    worker: u64,
+    dp_rank: Option<u32>,
+}
+
+/// The body of `POST /release`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ReleaseRequest {
+    model: Option<String>,
+    request: u64,
+}
+
+/// The model's routing side: 409 when the server is not in approximate mode.
+fn predictions(model: &Model) -> Result<&crate::approximate::Predictions, ApiError> {
+    model.predictions.as_deref().ok_or_else(|| {
+        ApiError::new(
+            StatusCode::CONFLICT,
+            "routing decisions need approximate mode (--approximate ttl|lru)",
+        )
+    })
+}
+
+async fn route(
+    State(app): State<App>,
+    body: Result<Json<RouteRequest>, JsonRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let Json(request) = body?;
+    let model = pick_model(&app.service, request.model.as_deref())?;
+    let predictions = predictions(&model)?;
+    let locals = block_hashes(
+        &model,
+        BlockKeys {
+            tokens: request.tokens,
+            local_hashes: request.local_hashes,
+            lora: request.lora,
+            namespace: request.namespace,
+            cache_salt: request.cache_salt,
+            mm: request.mm,
+        },
+    )?;
+    let worker = flash_indexer::Worker::new(request.worker, request.dp_rank.unwrap_or(0));
+    let number = predictions.route(worker, &locals);
+    counter!("flash_indexer_routings_total", "model" => model.name.clone()).increment(1);
+    Ok(Json(json!({ "request": number })))
+}
+
+async fn release(
+    State(app): State<App>,
+    body: Result<Json<ReleaseRequest>, JsonRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let Json(request) = body?;
+    let model = pick_model(&app.service, request.model.as_deref())?;
+    if !predictions(&model)?.release(request.request) {
+        return Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            format!("no running request {}", request.request),
+        ));
+    }
+    Ok(Json(json!({ "released": request.request })))
+}
+
+/// What names a request's blocks: its tokens with the keys that go into their hashes, or hashes
+/// already made.
+struct BlockKeys {
+    tokens: Option<Vec<u32>>,
+    local_hashes: Option<Vec<u64>>,
+    lora: Option<String>,
+    namespace: Option<String>,
+    cache_salt: Option<String>,
+    mm: Option<Vec<MmRequest>>,
+}
+
+/// A request's local block hashes under `model`: 400 unless exactly one of tokens and hashes is
+/// given, and keys only with tokens.
+fn block_hashes(model: &Model, keys: BlockKeys) -> Result<Vec<LocalHash>, ApiError> {
+    let features_given = keys.lora.is_some()
+        || keys.namespace.is_some()
+        || keys.cache_salt.is_some()
+        || keys.mm.is_some();
+    Ok(match (keys.tokens, keys.local_hashes) {
         (Some(tokens), None) => {
-            let mm: Vec<hash::MmItem<'_>> = request
+            let mm: Vec<hash::MmItem<'_>> = keys
                 .mm
                 .iter()
                 .flatten()
@@ -170,10 +279,10 @@ async fn query(
                 .collect();
             let features = hash::Features {
                 salt: hash::Salt {
-                    lora_name: request.lora.as_deref(),
-                    cache_namespace: request.namespace.as_deref(),
+                    lora_name: keys.lora.as_deref(),
+                    cache_namespace: keys.namespace.as_deref(),
                 },
-                cache_salt: request.cache_salt.as_deref(),
+                cache_salt: keys.cache_salt.as_deref(),
                 mm: &mm,
             };
             hash::local_hashes_with_features(&tokens, model.block_size, &features)
@@ -190,13 +299,7 @@ async fn query(
             ));
         }
         (None, None) => return Err(ApiError::bad("give \"tokens\" or \"local_hashes\"")),
-    };
-    let start = Instant::now();
-    let answer = service.query(&model, &locals);
-    let labels = [("model", model.name.clone())];
-    histogram!(QUERY_SECONDS, &labels).record(start.elapsed().as_secs_f64());
-    counter!("flash_indexer_queries_total", &labels).increment(1);
-    Ok(Json(answer))
+    })
 }
 
 /// The model a request names, or the only one when it names none: 404 for a model the server

@@ -40,6 +40,28 @@ pub enum LayoutChoice {
     Array,
 }
 
+/// How approximate mode keeps its predictions (`--approximate`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum ApproximateChoice {
+    /// Predictions live `--ttl-secs` after their last routing (default 120, Dynamo's).
+    Ttl,
+    /// An LRU model of `--capacity-blocks` per worker, running requests pinned until released.
+    Lru,
+}
+
+/// Approximate mode: each model's GPU tier also predicts the caches of workers that publish no
+/// events, from the routing decisions posted to `POST /route`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ApproximateSettings {
+    /// How predictions are kept.
+    pub retention: flash_indexer::Retention,
+    /// The Redis (or Valkey) server whose streams replicas share decisions through, if any.
+    pub share: Option<String>,
+    /// The model `--model` names (`default` without it), created at startup beside the
+    /// configuration's models: routers post decisions for models the server has.
+    pub model: String,
+}
+
 impl fmt::Display for LayoutChoice {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
@@ -103,6 +125,21 @@ pub struct Cli {
     /// machine's cores, at least 1, so that the engines' event threads keep a core].
     #[arg(long, value_name = "N")]
     pub http_threads: Option<usize>,
+    /// Approximate mode: predict the caches of workers without events from `POST /route`
+    /// decisions, by a time to live or an LRU model of each worker's capacity [default: off].
+    #[arg(long, value_enum)]
+    pub approximate: Option<ApproximateChoice>,
+    /// Approximate mode: seconds a prediction lives after its last routing [default: 120 for
+    /// `ttl`, none for `lru`].
+    #[arg(long, value_name = "SECS")]
+    pub ttl_secs: Option<u64>,
+    /// Approximate mode: KV blocks per worker (needed by `lru`; a bound for `ttl`).
+    #[arg(long, value_name = "BLOCKS")]
+    pub capacity_blocks: Option<usize>,
+    /// Approximate mode: share routing decisions with the other replicas through this Redis or
+    /// Valkey server (`redis://host:port/`), one stream per model [default: not shared].
+    #[arg(long, value_name = "URL")]
+    pub share: Option<String>,
 }
 
 /// The TOML configuration file. Every field is optional.
@@ -363,6 +400,51 @@ pub struct Settings {
     pub prompters: BTreeMap<String, Arc<Prompter>>,
     /// Engines to subscribe to at startup.
     pub engines: Vec<EngineConfig>,
+    /// Approximate mode, if on.
+    pub approximate: Option<ApproximateSettings>,
+}
+
+/// Approximate mode from the command line: its flags need `--approximate`, and `lru` needs a
+/// capacity.
+fn approximate_settings(cli: &Cli) -> Result<Option<ApproximateSettings>, ConfigError> {
+    use flash_indexer::Retention;
+    let ttl = cli.ttl_secs.map(Duration::from_secs);
+    let retention = match cli.approximate {
+        None => {
+            if ttl.is_some() || cli.capacity_blocks.is_some() || cli.share.is_some() {
+                return Err(ConfigError::Invalid(
+                    "--ttl-secs, --capacity-blocks and --share are for --approximate".to_owned(),
+                ));
+            }
+            return Ok(None);
+        }
+        Some(ApproximateChoice::Ttl) => {
+            let retention = Retention::ttl(ttl.unwrap_or(Retention::DEFAULT_TTL));
+            match cli.capacity_blocks {
+                Some(blocks) => retention.with_capacity(blocks),
+                None => retention,
+            }
+        }
+        Some(ApproximateChoice::Lru) => {
+            let blocks = cli.capacity_blocks.ok_or_else(|| {
+                ConfigError::Invalid("--approximate lru needs --capacity-blocks".to_owned())
+            })?;
+            match ttl {
+                Some(ttl) => Retention::lru(blocks).with_ttl(ttl),
+                None => Retention::lru(blocks),
+            }
+        }
+    };
+    if let Some(url) = &cli.share {
+        // Parsed here so that a bad URL stops the server at startup.
+        flash_indexer::approx::RedisLog::open(url, "", Duration::ZERO)
+            .map_err(|e| ConfigError::Invalid(format!("--share: {e}")))?;
+    }
+    Ok(Some(ApproximateSettings {
+        retention,
+        share: cli.share.clone(),
+        model: cli.model.clone().unwrap_or_else(|| "default".to_owned()),
+    }))
 }
 
 impl Settings {
@@ -424,7 +506,18 @@ impl Settings {
                 })
                 .collect(),
         };
+        let approximate = approximate_settings(&cli)?;
+        let snapshots = cli.snapshot_dir.is_some() || file.snapshot_dir.is_some();
+        if approximate.is_some() && (snapshots || cli.peer.is_some() || file.peer.is_some()) {
+            // A snapshot holds blocks as exact stores: predictions restored from one would
+            // never expire. Shared replicas catch up from the decision stream instead.
+            return Err(ConfigError::Invalid(
+                "--approximate takes no snapshots and no --peer (replicas share decisions with --share)"
+                    .to_owned(),
+            ));
+        }
         Ok(Settings {
+            approximate,
             listen: cli
                 .listen
                 .or(file.listen)
@@ -580,6 +673,48 @@ mod tests {
         assert_eq!(s.block_size("anything"), 16);
         assert_eq!(s.http_threads, default_http_threads());
         assert!(s.http_threads >= 1);
+    }
+
+    #[test]
+    fn approximate_mode() {
+        use flash_indexer::Retention;
+        assert_eq!(settings(&[]).unwrap().approximate, None);
+        let ttl = settings(&["--approximate", "ttl", "--share", "redis://127.0.0.1:6379/"]);
+        let ttl = ttl.unwrap().approximate.unwrap();
+        assert_eq!(ttl.retention, Retention::default());
+        assert_eq!(ttl.model, "default");
+        let lru = settings(&[
+            "--approximate",
+            "lru",
+            "--capacity-blocks",
+            "8",
+            "--ttl-secs",
+            "5",
+        ]);
+        assert_eq!(
+            lru.unwrap().approximate.unwrap().retention,
+            Retention::lru(8).with_ttl(Duration::from_secs(5))
+        );
+        for (args, says) in [
+            (&["--share", "redis://h/"][..], "--approximate"),
+            (&["--capacity-blocks", "8"][..], "--approximate"),
+            (&["--approximate", "lru"][..], "--capacity-blocks"),
+            (
+                &["--approximate", "ttl", "--share", "http://h/"][..],
+                "--share",
+            ),
+            (
+                &["--approximate", "ttl", "--snapshot-dir", "/tmp"][..],
+                "snapshots",
+            ),
+            (
+                &["--approximate", "ttl", "--peer", "http://h"][..],
+                "--peer",
+            ),
+        ] {
+            let message = settings(args).unwrap_err().to_string();
+            assert!(message.contains(says), "{args:?}: {message}");
+        }
     }
 
     #[test]

@@ -7,6 +7,7 @@
 //! - [`service`]: one index per model and storage tier, the engines feeding them, scoring;
 //! - [`routing`]: events of engines whose topics name the model, to that model;
 //! - [`api`]: the HTTP routes;
+//! - [`approximate`]: approximate mode, predictions from `POST /route`, shared over Redis;
 //! - [`dynamo`]: Dynamo's standalone-indexer routes, on their own address;
 //! - [`llmd`]: prompts scored per pod, llm-d's `GetPodScores` over gRPC and `POST /score`;
 //! - [`prompt`]: a model's tokenizer, chat template and prefix store;
@@ -17,6 +18,7 @@
 //! - [`run`]: startup (restore, engines), serving and shutdown.
 
 pub mod api;
+pub mod approximate;
 pub mod config;
 pub mod duplicates;
 pub mod dynamo;

@@ -16,6 +16,7 @@ use flash_indexer::{
 use serde::Serialize;
 use xxhash_rust::xxh3::xxh3_64;
 
+use crate::approximate::Predictions;
 use crate::config::{EngineConfig, LayoutChoice, Settings, Tier};
 use crate::duplicates::DuplicateStores;
 use crate::prompt::Prompter;
@@ -69,6 +70,8 @@ pub struct Model {
     pub tiers: Vec<TierIndex>,
     /// Its tokenizer, to score prompts, if the configuration names one.
     pub prompter: Option<Arc<Prompter>>,
+    /// Approximate mode's routing side, if on (its index is the GPU tier's).
+    pub predictions: Option<Arc<Predictions>>,
 }
 
 /// An engine the server follows: one subscriber per tier, each keeping that tier's events.
@@ -205,6 +208,7 @@ impl Service {
                 (service.settings.engines.iter())
                     .filter_map(|e| e.fixed_model().map(str::to_owned)),
             )
+            .chain(service.settings.approximate.iter().map(|a| a.model.clone()))
             .collect();
         for name in names {
             service.model_or_create(&name);
@@ -257,11 +261,17 @@ impl Service {
         models
             .entry(name.to_owned())
             .or_insert_with(|| {
+                let mut predictions = None;
                 let tiers = (self.settings.tiers.iter().enumerate())
                     .map(|(t, tier)| {
                         let mut index = new_index(self.settings.layout);
                         if t == 0 {
                             index = Arc::new(DuplicateStores::new(index));
+                            if let Some(approximate) = &self.settings.approximate {
+                                let p = Arc::new(Predictions::new(index, approximate, name));
+                                index = p.index.clone();
+                                predictions = Some(p);
+                            }
                         }
                         TierIndex {
                             tier: tier.clone(),
@@ -274,6 +284,7 @@ impl Service {
                     block_size: block_size.unwrap_or_else(|| self.settings.block_size(name)),
                     tiers,
                     prompter: self.settings.prompters.get(name).cloned(),
+                    predictions,
                 })
             })
             .clone()
@@ -563,6 +574,9 @@ impl Service {
 
     /// `model`'s matches for `query`: each worker's depth per tier, scored across tiers.
     pub fn query(&self, model: &Model, query: &[LocalHash]) -> QueryAnswer {
+        if let Some(predictions) = &model.predictions {
+            predictions.sync();
+        }
         let mut by_worker: BTreeMap<Worker, Vec<u32>> = BTreeMap::new();
         let tiers = model.tiers.len();
         for (t, tier) in self.queried_tiers(model).iter().enumerate() {
