@@ -72,6 +72,42 @@ fn observe(service: &Service) {
             gauge!("flash_indexer_entries", &labels).set(index.entries() as f64);
         }
     }
+    for model in service.models() {
+        let Some(predictions) = &model.predictions else {
+            continue;
+        };
+        let labels = [("model", model.name.clone())];
+        let s = predictions.index.stats();
+        for (name, value) in [
+            (
+                "flash_indexer_shared_decisions_published_total",
+                s.published,
+            ),
+            (
+                "flash_indexer_shared_decisions_publish_failures_total",
+                s.publish_failures,
+            ),
+            ("flash_indexer_shared_decisions_applied_total", s.applied),
+            (
+                "flash_indexer_shared_decisions_duplicate_total",
+                s.duplicates,
+            ),
+            (
+                "flash_indexer_shared_decisions_malformed_total",
+                s.malformed,
+            ),
+            (
+                "flash_indexer_shared_decisions_unmatched_releases_total",
+                s.unmatched_releases,
+            ),
+            (
+                "flash_indexer_shared_decisions_read_failures_total",
+                s.read_failures,
+            ),
+        ] {
+            counter!(name, &labels).absolute(value);
+        }
+    }
     let engines = service.engines();
     for engine in &engines {
         for tier in &engine.tiers {

@@ -1,7 +1,7 @@
 //! Approximate mode in the real server binary: `POST /route` and `POST /release`, and three
 //! replicas sharing their routing decisions through a `redis-server` on loopback (started here;
 //! `.ci/run` installs Debian's): after the stream is drained every replica gives the same
-//! answers. Without `redis-server` on the PATH the shared test says so and passes, except under
+//! answers, one killed and started again too. Without `redis-server` on the PATH the shared test says so and passes, except under
 //! CI (`CI` set), where it fails.
 
 mod support;
@@ -148,6 +148,10 @@ fn three_replicas_sharing_through_redis_give_the_same_answers() {
         let (status, answer) = replica.post("/route", &body);
         assert_eq!(status, 200, "{answer}");
     }
+    // A replica killed and started again catches up from the stream.
+    let mut replicas = replicas;
+    replicas.pop().unwrap().kill_9();
+    replicas.push(Server::start(&dir, "replica2-again", &args));
     for k in 0..12u32 {
         let query = json!({"tokens": tokens(1_000 * k, 1 + k % 5)});
         let answers: Vec<Vec<(u64, u64)>> = replicas
@@ -158,4 +162,9 @@ fn three_replicas_sharing_through_redis_give_the_same_answers() {
         assert_eq!(answers[1], answers[0], "request {k}");
         assert_eq!(answers[2], answers[0], "request {k}");
     }
+    let (_, metrics) = replicas[2].get("/metrics");
+    assert!(
+        metrics.contains("flash_indexer_shared_decisions_applied_total{model=\"m\"} 12"),
+        "{metrics}"
+    );
 }
