@@ -29,9 +29,12 @@ const READ_BATCH: usize = 1024;
 ///   after a restart of the reader), and skips its own.
 /// - **Time.** A decision applies at its own time, so expiry runs from when it was made, not
 ///   from when a replica heard of it. Replicas then hold the same predictions up to the order
-///   in which concurrent decisions reached each one: a replica's own come first. Under a time
-///   to live with room to spare that order changes nothing; under an LRU model it can change
-///   which block a full worker evicts first.
+///   in which concurrent decisions reached each one (a replica's own come first, and a decision
+///   older than one already applied counts at the newer one's time, as in any approximate
+///   index): a block can expire up to that reordering's span later on one replica than on
+///   another, and under an LRU model a full worker can evict another block first. Replicas that
+///   [`sync`](Self::sync) before each decision apply every decision in the log's order and hold
+///   exactly what one index making every decision would.
 /// - **Late or restarted replicas** read the log from its oldest kept entry: the log keeps the
 ///   retention window, so a new replica starts with what is still predicted. A release whose
 ///   routing was trimmed, or predates the replica, is counted and ignored.
