@@ -144,7 +144,8 @@ class Index:
         time; returns how many. ConnectionError if Redis cannot be read (routing goes on)."""
     def share_stats(self) -> Dict[str, int]:
         """Shared mode: ``published``, ``publish_failures``, ``applied``, ``duplicates``,
-        ``malformed``, ``unmatched_releases`` and ``read_failures`` counts."""
+        ``malformed``, ``unmatched_releases``, ``read_failures`` and ``expired_pins``
+        counts."""
 
 @final
 class Routed:

@@ -296,3 +296,25 @@ fn a_foreign_routed_is_refused_and_not_published() {
     assert!(b.release(routed, secs(2)).is_err());
     assert_eq!(b.stats().published, 0);
 }
+
+#[test]
+fn a_stopped_replicas_running_requests_are_released_when_their_lease_ends() {
+    let log = Arc::new(MemoryLog::new(Duration::ZERO, secs(3_600)));
+    // Worker 0 holds 4 blocks.
+    let a: Replica<_> = SharedApproximateIndexer::new(Retention::lru(4), log.clone());
+    let b: Replica<_> =
+        SharedApproximateIndexer::new(Retention::lru(4), log.clone()).with_pin_lease(secs(60));
+    let first: Vec<LocalHash> = (0..4).map(LocalHash).collect();
+    let second: Vec<LocalHash> = (10..14).map(LocalHash).collect();
+    a.record_routing(Worker::new(0, 0), &first, secs(1));
+    drop(a); // stops without releasing
+    b.sync(secs(1)).unwrap();
+    // Pinned by a's running request: b's own decision finds no room.
+    b.record_routing(Worker::new(0, 0), &second, secs(30));
+    assert_eq!(b.find_matches(&second).best(), None);
+    b.sync(secs(61)).unwrap();
+    assert_eq!(b.stats().expired_pins, 1);
+    b.record_routing(Worker::new(0, 0), &second, secs(62));
+    assert_eq!(b.find_matches(&second).best(), Some((Worker::new(0, 0), 4)));
+    assert_eq!(b.find_matches(&first).best(), None);
+}

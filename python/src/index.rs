@@ -388,7 +388,7 @@ impl Index {
 
     /// Shared mode: what this replica did with the log, as a dict of counters (`published`,
     /// `publish_failures`, `applied`, `duplicates`, `malformed`, `unmatched_releases`,
-    /// `read_failures`).
+    /// `read_failures`, `expired_pins`).
     fn share_stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let s = self.shared()?.stats();
         let out = PyDict::new(py);
@@ -399,6 +399,7 @@ impl Index {
         out.set_item("malformed", s.malformed)?;
         out.set_item("unmatched_releases", s.unmatched_releases)?;
         out.set_item("read_failures", s.read_failures)?;
+        out.set_item("expired_pins", s.expired_pins)?;
         Ok(out)
     }
 

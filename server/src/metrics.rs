@@ -104,6 +104,10 @@ fn observe(service: &Service) {
                 "flash_indexer_shared_decisions_read_failures_total",
                 s.read_failures,
             ),
+            (
+                "flash_indexer_shared_decisions_expired_pins_total",
+                s.expired_pins,
+            ),
         ] {
             counter!(name, &labels).absolute(value);
         }

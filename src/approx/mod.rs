@@ -65,7 +65,7 @@ pub use predictions::{ForeignRouted, Routed};
 #[cfg(feature = "redis")]
 pub use redis_log::RedisLog;
 pub use retention::Retention;
-pub use share::{ShareStats, SharedApproximateIndexer};
+pub use share::{DEFAULT_PIN_LEASE, ShareStats, SharedApproximateIndexer};
 
 use crate::error::EventError;
 use crate::index::KvIndex;

@@ -12,10 +12,13 @@ use crate::sync::{Mutex, lock};
 use crate::types::{Event, EventView, LocalHash, SeqHash, Worker};
 use core::time::Duration;
 use foldhash::fast::RandomState;
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 
 /// Entries read from the log per call of [`DecisionLog::read`].
 const READ_BATCH: usize = 1024;
+
+/// How long another replica's request stays pinned without its release by default: an hour.
+pub const DEFAULT_PIN_LEASE: Duration = Duration::from_secs(3_600);
 
 /// One router replica's approximate index, sharing its decisions through a [`DecisionLog`].
 ///
@@ -37,7 +40,9 @@ const READ_BATCH: usize = 1024;
 ///   exactly what one index making every decision would.
 /// - **Late or restarted replicas** read the log from its oldest kept entry: the log keeps the
 ///   retention window, so a new replica starts with what is still predicted. A release whose
-///   routing was trimmed, or predates the replica, is counted and ignored.
+///   routing was trimmed, or predates the replica, is counted and ignored. A replica that
+///   stops leaves its running requests pinned in the others until their lease ends
+///   ([`with_pin_lease`](Self::with_pin_lease)); a replica that restarts is a new origin.
 /// - **Transport down.** A failed append or read is counted and the replica keeps routing on
 ///   what it has; nothing is buffered. Decisions made while the log was down stay local, and
 ///   replicas converge again as those predictions expire.
@@ -65,6 +70,7 @@ pub struct SharedApproximateIndexer<I, L> {
     approx: ApproximateIndexer<I>,
     log: L,
     origin: u64,
+    pin_lease: Duration,
     state: Mutex<Replica>,
 }
 
@@ -77,9 +83,12 @@ struct Replica {
     read: Option<LogPosition>,
     /// The last entry number applied, per other origin.
     applied: HashMap<u64, u64, RandomState>,
-    /// Other replicas' running requests, pinned here until their release arrives (only under a
-    /// retention that pins running requests).
-    running: HashMap<(u64, u64), Routed, RandomState>,
+    /// Other replicas' running requests, pinned here until their release arrives or their
+    /// lease ends (only under a retention that pins running requests), with their routing time.
+    running: HashMap<(u64, u64), (Routed, Duration), RandomState>,
+    /// The same requests by routing time, oldest first, for the leases (lazy: an entry whose
+    /// request was released is skipped).
+    leases: VecDeque<(Duration, (u64, u64))>,
     stats: ShareStats,
 }
 
@@ -101,6 +110,9 @@ pub struct ShareStats {
     pub unmatched_releases: u64,
     /// Reads of the log that failed.
     pub read_failures: u64,
+    /// Other replicas' requests released here because their lease ended before their release
+    /// arrived (their replica stopped, or the release was lost).
+    pub expired_pins: u64,
 }
 
 impl<I: KvIndex + Default, L: DecisionLog> SharedApproximateIndexer<I, L> {
@@ -117,8 +129,17 @@ impl<I: KvIndex, L: DecisionLog> SharedApproximateIndexer<I, L> {
             approx,
             log,
             origin: index_tag(),
+            pin_lease: DEFAULT_PIN_LEASE,
             state: Mutex::new(Replica::default()),
         }
+    }
+
+    /// The same replica, releasing another replica's request once it has run `lease` without
+    /// its release arriving ([`DEFAULT_PIN_LEASE`] otherwise): a replica that stops leaves its
+    /// running requests pinned in the others until then.
+    pub fn with_pin_lease(mut self, lease: Duration) -> Self {
+        self.pin_lease = lease;
+        self
     }
 
     /// The replica's approximate index, holding its own and every applied decision.
@@ -197,7 +218,26 @@ impl<I: KvIndex, L: DecisionLog> SharedApproximateIndexer<I, L> {
                 applied += usize::from(self.apply_entry(&mut replica, &bytes));
             }
             if !full {
+                self.end_leases(&mut replica, now);
                 return Ok(applied);
+            }
+        }
+    }
+
+    /// Releases other replicas' requests routed a lease or more before `now`.
+    fn end_leases(&self, replica: &mut Replica, now: Duration) {
+        while let Some(&(at, key)) = replica.leases.front() {
+            if at + self.pin_lease > now {
+                break;
+            }
+            replica.leases.pop_front();
+            if let Some(&(routed, routed_at)) = replica.running.get(&key)
+                && routed_at == at
+            {
+                replica.running.remove(&key);
+                // Routed by this replica's own index: never foreign.
+                let _ = self.approx.release(routed, now);
+                replica.stats.expired_pins += 1;
             }
         }
     }
@@ -247,12 +287,14 @@ impl<I: KvIndex, L: DecisionLog> SharedApproximateIndexer<I, L> {
             } => {
                 let routed = self.approx.record_routing(worker, &locals, entry.at);
                 if self.approx.retention().pins_running() {
-                    replica.running.insert((entry.origin, request), routed);
+                    let key = (entry.origin, request);
+                    replica.running.insert(key, (routed, entry.at));
+                    replica.leases.push_back((entry.at, key));
                 }
             }
             Decision::Released { request } => {
                 match replica.running.remove(&(entry.origin, request)) {
-                    Some(routed) => {
+                    Some((routed, _)) => {
                         // Routed by this replica's own index just above: never foreign.
                         let _ = self.approx.release(routed, entry.at);
                     }
