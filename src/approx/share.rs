@@ -224,21 +224,27 @@ impl<I: KvIndex, L: DecisionLog> SharedApproximateIndexer<I, L> {
         }
     }
 
-    /// Releases other replicas' requests routed a lease or more before `now`.
+    /// Releases other replicas' requests routed a lease or more before `now`, and drops the
+    /// front entries of requests released already (so the order stays about as long as the
+    /// requests still running).
     fn end_leases(&self, replica: &mut Replica, now: Duration) {
         while let Some(&(at, key)) = replica.leases.front() {
-            if at + self.pin_lease > now {
-                break;
+            let running = replica
+                .running
+                .get(&key)
+                .filter(|&&(_, routed_at)| routed_at == at)
+                .map(|&(routed, _)| routed);
+            match running {
+                None => {}
+                Some(_) if at + self.pin_lease > now => break,
+                Some(routed) => {
+                    replica.running.remove(&key);
+                    // Routed by this replica's own index: never foreign.
+                    let _ = self.approx.release(routed, now);
+                    replica.stats.expired_pins += 1;
+                }
             }
             replica.leases.pop_front();
-            if let Some(&(routed, routed_at)) = replica.running.get(&key)
-                && routed_at == at
-            {
-                replica.running.remove(&key);
-                // Routed by this replica's own index: never foreign.
-                let _ = self.approx.release(routed, now);
-                replica.stats.expired_pins += 1;
-            }
         }
     }
 
