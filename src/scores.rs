@@ -62,6 +62,16 @@ impl OverlapScores {
         }
     }
 
+    /// Replaces each worker's depth with `f(worker, depth)`, dropping the workers it maps to 0.
+    /// Keeps the allocation: an index that refines another's scores answers without a new one.
+    #[cfg(feature = "hybrid")]
+    pub(crate) fn refine(&mut self, mut f: impl FnMut(Worker, u32) -> u32) {
+        self.entries.retain_mut(|e| {
+            e.depth = f(e.worker(), e.depth);
+            e.depth > 0
+        });
+    }
+
     /// The depth `worker` matched, or `None` when it matched nothing.
     pub fn get(&self, worker: Worker) -> Option<u32> {
         self.entries

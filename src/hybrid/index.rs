@@ -28,8 +28,29 @@ struct PathKey {
 const ANSWER: u32 = 1 << 31;
 
 /// Per key, the workers sorted, each with its number (salted twins share a path, so a count).
-/// Replaced whole on every change, so readers never see one half-made.
-type Holders = Box<[(Worker, u32)]>;
+/// Replaced whole on every change, so readers never see one half-made. Most paths have one
+/// holder, kept inline: a query reads it with the map's entry instead of one more cache miss.
+#[derive(Debug)]
+enum Holders {
+    One((Worker, u32)),
+    Many(Box<[(Worker, u32)]>),
+}
+
+impl Holders {
+    fn new(mut holders: Vec<(Worker, u32)>) -> Self {
+        match holders.len() {
+            1 => Holders::One(holders.pop().expect("one holder")),
+            _ => Holders::Many(holders.into_boxed_slice()),
+        }
+    }
+
+    fn as_slice(&self) -> &[(Worker, u32)] {
+        match self {
+            Holders::One(one) => std::slice::from_ref(one),
+            Holders::Many(many) => many,
+        }
+    }
+}
 
 /// Shards of the writers' tables; all ranks of one worker id share a shard.
 const SHARDS: usize = 64;
@@ -152,7 +173,9 @@ impl<I: KvIndex> HybridIndexer<I> {
     ) {
         // Writers of other workers may change the same path: one at a time per stripe.
         let _stripe = lock(&self.stripes[self.shard_of.hash_one(key) as usize % STRIPES]);
-        let mut holders = map.get(&key).map_or_else(Vec::new, |h| h.to_vec());
+        let mut holders = map
+            .get(&key)
+            .map_or_else(Vec::new, |h| h.as_slice().to_vec());
         match holders.binary_search_by_key(&worker, |&(w, _)| w) {
             Ok(at) => match f(holders[at].1) {
                 0 => {
@@ -168,7 +191,7 @@ impl<I: KvIndex> HybridIndexer<I> {
         if holders.is_empty() {
             map.remove(&key);
         } else {
-            map.insert(key, holders.into_boxed_slice());
+            map.insert(key, Holders::new(holders));
         }
     }
 
@@ -245,7 +268,7 @@ impl<I: KvIndex> HybridIndex for HybridIndexer<I> {
     }
 
     fn find_matches(&self, query: &[LocalHash]) -> OverlapScores {
-        let scores = self.chain.find_matches(query);
+        let mut scores = self.chain.find_matches(query);
         if !self.model.is_hybrid() || scores.is_empty() {
             return scores;
         }
@@ -258,12 +281,11 @@ impl<I: KvIndex> HybridIndex for HybridIndexer<I> {
             members: &members,
             looked: Vec::new(),
         };
-        let mut out = OverlapScores::with_capacity(scores.len());
         if let Some(spec) = self.runs.simple() {
             // Full attention and one run spec: a worker's hit is the run rule's answer at its
             // full-attention depth, one lookup per distinct depth.
             let mut last: Option<(u32, Option<&Holders>)> = None;
-            for (worker, depth) in scores.iter() {
+            scores.refine(|worker, depth| {
                 let holders = match last {
                     Some((d, holders)) if d == depth => holders,
                     _ => {
@@ -272,23 +294,18 @@ impl<I: KvIndex> HybridIndex for HybridIndexer<I> {
                         holders
                     }
                 };
-                if let Some(hit) = number_of(holders, worker) {
-                    out.push(worker, hit);
-                }
-            }
-            return out;
+                number_of(holders, worker).unwrap_or(0)
+            });
+            return scores;
         }
-        for (worker, depth) in scores.iter() {
+        scores.refine(|worker, depth| {
             let mut holdings = WorkerView {
                 view: &mut view,
                 worker,
             };
-            let hit = longest_hit(&self.model, query.len(), depth as usize, &mut holdings);
-            if hit > 0 {
-                out.push(worker, hit as u32);
-            }
-        }
-        out
+            longest_hit(&self.model, query.len(), depth as usize, &mut holdings) as u32
+        });
+        scores
     }
 
     fn remove_worker(&self, id: u64) {
@@ -327,17 +344,35 @@ type MapRef<'a> = papaya::HashMapRef<'a, PathKey, Holders, RandomState, papaya::
 struct Paths<'a> {
     canon: &'a Canon,
     query: &'a [LocalHash],
-    /// Paths computed so far, by position.
-    known: Vec<Key>,
+    /// Paths computed so far: the first [`FEW`] in no order (most queries ask about one or two
+    /// positions, and then ask no allocator), the rest in `more`, by position.
+    few: [Key; FEW],
+    len: usize,
+    more: Vec<Key>,
 }
+
+/// Paths a query keeps without allocating.
+const FEW: usize = 4;
 
 impl<'a> Paths<'a> {
     fn new(canon: &'a Canon, query: &'a [LocalHash]) -> Self {
         Paths {
             canon,
             query,
-            known: Vec::new(),
+            few: [Key::unkeyed(0); FEW],
+            len: 0,
+            more: Vec::new(),
         }
+    }
+
+    /// The deepest path known at or before position `i`.
+    fn known_below(&self, i: usize) -> Option<Key> {
+        let few = self.few[..self.len].iter().copied();
+        let below = self.more.partition_point(|k| (k.pos as usize) <= i);
+        let more = below.checked_sub(1).map(|b| self.more[b]);
+        few.chain(more)
+            .filter(|k| k.pos as usize <= i)
+            .max_by_key(|k| k.pos)
     }
 
     /// The path of the query's block `i`; `None` past the query.
@@ -345,8 +380,7 @@ impl<'a> Paths<'a> {
         if i >= self.query.len() {
             return None;
         }
-        let below = self.known.partition_point(|k| (k.pos as usize) <= i);
-        let from = below.checked_sub(1).map(|b| self.known[b]);
+        let from = self.known_below(i);
         if let Some(key) = from.filter(|k| k.pos as usize == i) {
             return Some(key);
         }
@@ -357,7 +391,13 @@ impl<'a> Paths<'a> {
                 .canon
                 .extend(self.canon.parent_of(from), &self.query[start..=i]),
         };
-        self.known.insert(below, key);
+        if self.len < FEW {
+            self.few[self.len] = key;
+            self.len += 1;
+        } else {
+            let at = self.more.partition_point(|k| k.pos < key.pos);
+            self.more.insert(at, key);
+        }
         Some(key)
     }
 }
@@ -389,7 +429,7 @@ struct WorkerView<'v, 'a> {
 }
 
 fn number_of(holders: Option<&Holders>, worker: Worker) -> Option<u32> {
-    let holders = holders?;
+    let holders = holders?.as_slice();
     let at = holders.binary_search_by_key(&worker, |&(w, _)| w).ok()?;
     Some(holders[at].1)
 }
