@@ -1,33 +1,51 @@
 //! `DefaultIndexer` exists in every build with a layout, and is the layout the features
 //! document: the first enabled of `positional`, `array`, `radix`, unless `default-radix` or
-//! `default-array` picks one (`default-radix` wins). CI runs this under every single-layout and
-//! `default-*` combination.
+//! `default-array` picks one (`default-radix` wins). The type assertion below is checked by CI
+//! under every single-layout and `default-*` combination (`cargo check --test default_indexer`);
+//! the test runs with the default features.
 #![cfg(any(feature = "positional", feature = "array", feature = "radix"))]
 
-/// The layout type the features document, by name.
-fn documented() -> &'static str {
-    if cfg!(feature = "default-radix") {
-        "RadixTree"
-    } else if cfg!(feature = "default-array") {
-        "PositionArray"
-    } else if cfg!(feature = "positional") {
-        "PositionalMap"
-    } else if cfg!(feature = "array") {
-        "PositionArray"
-    } else {
-        "RadixTree"
-    }
-}
+/// The layout the features document.
+#[cfg(feature = "default-radix")]
+type Documented = flash_indexer::RadixIndexer;
+#[cfg(all(feature = "default-array", not(feature = "default-radix")))]
+type Documented = flash_indexer::ArrayIndexer;
+#[cfg(all(
+    feature = "positional",
+    not(any(feature = "default-radix", feature = "default-array"))
+))]
+type Documented = flash_indexer::PositionalIndexer;
+#[cfg(all(
+    feature = "array",
+    not(any(
+        feature = "positional",
+        feature = "default-radix",
+        feature = "default-array"
+    ))
+))]
+type Documented = flash_indexer::ArrayIndexer;
+#[cfg(all(
+    feature = "radix",
+    not(any(
+        feature = "positional",
+        feature = "array",
+        feature = "default-radix",
+        feature = "default-array"
+    ))
+))]
+type Documented = flash_indexer::RadixIndexer;
+
+/// Compiles only if `DefaultIndexer` is the documented layout, so `cargo check --test
+/// default_indexer` proves it for a feature set without building the test.
+const _: fn(flash_indexer::DefaultIndexer) -> Documented = |index| index;
 
 #[test]
-fn default_indexer_is_the_documented_layout() {
+fn default_indexer_is_the_documented_layout_and_works() {
     use flash_indexer::{DefaultIndexer, KvIndex, LocalHash, SeqHash, Worker};
 
-    let name = std::any::type_name::<DefaultIndexer>();
-    assert!(
-        name.contains(documented()),
-        "DefaultIndexer is {name}, documented: {}",
-        documented()
+    assert_eq!(
+        std::any::type_name::<DefaultIndexer>(),
+        std::any::type_name::<Documented>()
     );
     // And it works as an index.
     let index = DefaultIndexer::default();
