@@ -40,6 +40,8 @@ pub struct Predictions {
     /// under a retention that pins running requests).
     running: Mutex<HashMap<u64, Routed>>,
     next_request: AtomicU64,
+    /// Whether other replicas share the log (without them, there is nothing to sync).
+    shared: bool,
 }
 
 /// The Redis stream a model's decisions are shared on.
@@ -75,20 +77,23 @@ impl Predictions {
             index: Arc::new(SharedApproximateIndexer::with_index(approximate, log)),
             running: Mutex::default(),
             next_request: AtomicU64::new(1),
+            shared: settings.share.is_some(),
         }
     }
 
     /// Applies the other replicas' decisions (a failure is counted in the share stats and the
-    /// model answers from what it has).
+    /// model answers from what it has). Unshared, there are none: a query takes no lock here.
     pub fn sync(&self) {
-        let _ = self.index.sync(now());
+        if self.shared {
+            let _ = self.index.sync(now());
+        }
     }
 
     /// The router sent a request with these blocks to `worker`: returns its number for
     /// [`release`](Self::release).
     pub fn route(&self, worker: Worker, locals: &[LocalHash]) -> u64 {
+        self.sync();
         let now = now();
-        let _ = self.index.sync(now);
         let routed = self.index.record_routing(worker, locals, now);
         let request = self.next_request.fetch_add(1, Ordering::Relaxed);
         if self.index.approximate().retention().pins_running() {
