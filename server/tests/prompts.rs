@@ -7,7 +7,6 @@
 mod support;
 
 use std::path::Path;
-use std::time::{Duration, Instant};
 
 use flash_indexer_server::llmd::proto::GetPodScoresRequest;
 use flash_indexer_server::llmd::proto::indexer_service_client::IndexerServiceClient;
@@ -105,17 +104,6 @@ fn start(dir: &Path, config: &Path) -> Server {
     Server::start(dir, "prompts", &args)
 }
 
-/// Publishes `events` from `engine` until `done` holds (a PUB socket drops what it sends before
-/// the subscriber joins; stores are idempotent).
-fn publish_until(engine: &mut Engine, events: Vec<Msg>, done: impl Fn() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !done() {
-        assert!(Instant::now() < deadline, "the events never arrived");
-        engine.publish(events.clone(), 0);
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
 fn pod_score(answer: &Value, pod: &str) -> Option<f64> {
     (answer["scores"].as_array().unwrap().iter())
         .find(|s| s["pod"] == pod)
@@ -136,10 +124,10 @@ fn prompts_and_conversations_score_pods_over_http_and_grpc() {
     assert!(blocks > 20);
     let ask = |body: Value| server.post("/score", &body);
     // Engine a holds the whole prompt; engine b its first two blocks.
-    publish_until(&mut a, vec![stored(&tokens, 100)], || {
+    a.publish_until(&[stored(&tokens, 100)], || {
         pod_score(&ask(json!({"model": "m", "prompt": prompt})).1, "pod-a") == Some(blocks as f64)
     });
-    publish_until(&mut b, vec![stored(&tokens[..2 * BLOCK_SIZE], 200)], || {
+    b.publish_until(&[stored(&tokens[..2 * BLOCK_SIZE], 200)], || {
         pod_score(&ask(json!({"model": "m", "prompt": prompt})).1, "pod-b") == Some(2.0)
     });
 
@@ -181,7 +169,7 @@ fn prompts_and_conversations_score_pods_over_http_and_grpc() {
         {"role": "user", "content": text(4, 60)},
     ]);
     let (chat, _) = prompter.encode_messages(&messages, true).unwrap();
-    publish_until(&mut a, vec![stored(&chat, 1000)], || {
+    a.publish_until(&[stored(&chat, 1000)], || {
         let (_, answer) = ask(json!({"model": "m", "messages": messages}));
         pod_score(&answer, "pod-a") == Some((chat.len() / BLOCK_SIZE) as f64)
     });

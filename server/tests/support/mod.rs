@@ -183,6 +183,19 @@ impl Engine {
     }
 }
 
+impl Engine {
+    /// Publishes `events` as one batch every 50 ms until `done` holds, for up to 30 s (a PUB
+    /// socket drops what it sends before the subscriber joins, so the batch must be idempotent).
+    pub fn publish_until(&mut self, events: &[rmpv::Value], done: impl Fn() -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !done() {
+            assert!(Instant::now() < deadline, "the events never arrived");
+            self.publish(events.to_vec(), 0);
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
 impl Client {
     /// `GET path`: status and body.
     pub fn get(&self, path: &str) -> (u16, String) {
