@@ -11,6 +11,8 @@ use std::time::Duration;
 use clap::{Parser, ValueEnum};
 use serde::Deserialize;
 
+use flash_indexer::hybrid::{GroupKind, GroupSpec, ModelGroups};
+
 use crate::prompt::{DEFAULT_PREFIX_STORE_BYTES, Prompter};
 
 /// The model of engines and queries that name none.
@@ -161,6 +163,11 @@ pub struct Cli {
 /// block_size = 16
 /// tokenizer = "/models/Qwen3-8B"   # its tokenizer.json (and tokenizer_config.json)
 ///
+/// [[models]]                       # a hybrid model: its KV-cache groups by `group_idx`
+/// name = "openai/gpt-oss-20b"
+/// block_size = 16
+/// groups = [{ kind = "full_attention" }, { kind = "sliding_window", window = 128 }]
+///
 /// [[engines]]
 /// events = "tcp://10.0.0.5:5557"
 /// replay = "tcp://10.0.0.5:5558"
@@ -216,6 +223,12 @@ pub struct ModelConfig {
     /// Bytes of tokenized prompt prefixes kept for the model [default: 64 MiB].
     #[serde(default)]
     pub prefix_store_bytes: Option<usize>,
+    /// The model's KV-cache groups, in vLLM's `group_idx` order, each of `block_size` tokens
+    /// (`{ kind = "full_attention" }`, `{ kind = "sliding_window", window = TOKENS }`,
+    /// `{ kind = "chunked_local", chunk = TOKENS }`, `{ kind = "mamba" }`) [default: one
+    /// full-attention group, every event merged into it].
+    #[serde(default)]
+    pub groups: Vec<GroupKind>,
 }
 
 /// An engine: where its events come from, which worker and model they belong to. The body of
@@ -396,6 +409,8 @@ pub struct Settings {
     pub tiers: Vec<Tier>,
     /// Block size per model.
     pub models: BTreeMap<String, usize>,
+    /// The KV-cache groups of the hybrid models (more than one group).
+    pub groups: BTreeMap<String, ModelGroups>,
     /// Tokenizers of the models that have one, to score prompts.
     pub prompters: BTreeMap<String, Arc<Prompter>>,
     /// Engines to subscribe to at startup.
@@ -476,8 +491,12 @@ impl Settings {
             .unwrap_or(DEFAULT_BLOCK_SIZE);
         let mut models = BTreeMap::new();
         let mut prompters = BTreeMap::new();
+        let mut groups = BTreeMap::new();
         for m in file.models {
             check_block_size(m.block_size)?;
+            if let Some(model) = model_groups(&m)? {
+                groups.insert(m.name.clone(), model);
+            }
             if let Some(path) = &m.tokenizer {
                 let bytes = m.prefix_store_bytes.unwrap_or(DEFAULT_PREFIX_STORE_BYTES);
                 let prompter = Prompter::load(path, bytes)
@@ -516,6 +535,13 @@ impl Settings {
                     .to_owned(),
             ));
         }
+        if let Some(name) = groups.keys().next() {
+            check_hybrid(
+                name,
+                &approximate,
+                snapshots || cli.peer.is_some() || file.peer.is_some(),
+            )?;
+        }
         Ok(Settings {
             approximate,
             listen: cli
@@ -541,6 +567,7 @@ impl Settings {
             default_block_size,
             tiers: check_tiers(tiers)?,
             models,
+            groups,
             prompters,
             engines,
         })
@@ -553,6 +580,41 @@ impl Settings {
             .copied()
             .unwrap_or(self.default_block_size)
     }
+}
+
+/// `m`'s groups, validated; `None` for a model of one full-attention group (or none given).
+fn model_groups(m: &ModelConfig) -> Result<Option<ModelGroups>, ConfigError> {
+    if m.groups.is_empty() {
+        return Ok(None);
+    }
+    let block_size = u32::try_from(m.block_size).expect("checked block size");
+    let specs = (m.groups.iter())
+        .map(|&kind| GroupSpec::new(kind, block_size))
+        .collect();
+    let model = ModelGroups::new(specs)
+        .map_err(|why| ConfigError::Invalid(format!("model {}: groups: {why}", m.name)))?;
+    Ok((model.len() > 1).then_some(model))
+}
+
+/// What hybrid models (`name` is one) cannot be combined with yet: snapshots and peers (their
+/// dumps carry no groups), and approximate mode (its predictions have none).
+fn check_hybrid(
+    name: &str,
+    approximate: &Option<ApproximateSettings>,
+    snapshots_or_peer: bool,
+) -> Result<(), ConfigError> {
+    if snapshots_or_peer {
+        return Err(ConfigError::Invalid(format!(
+            "model {name} has several KV-cache groups: snapshots and --peer do not keep groups yet \
+             (its index is rebuilt from the engines' replay)"
+        )));
+    }
+    if approximate.is_some() {
+        return Err(ConfigError::Invalid(format!(
+            "model {name} has several KV-cache groups: --approximate predicts one group only"
+        )));
+    }
+    Ok(())
 }
 
 fn read_file(path: &Path) -> Result<FileConfig, ConfigError> {
@@ -784,6 +846,56 @@ mod tests {
         std::fs::write(&bad, "[tiers]\nGPU = -1.0\n").unwrap();
         assert!(settings(&["--config", bad.to_str().unwrap()]).is_err());
         assert!(settings(&["--config", dir.join("missing.toml").to_str().unwrap()]).is_err());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn hybrid_models_and_what_they_refuse() {
+        let dir = std::env::temp_dir().join(format!("fis-groups-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("groups.toml");
+        let with_groups = |groups: &str| {
+            let model = format!("[[models]]\nname = \"m\"\nblock_size = 16\ngroups = {groups}\n");
+            std::fs::write(&file, model).unwrap();
+            file.to_str().unwrap().to_owned()
+        };
+        let gpt_oss = r#"[{ kind = "full_attention" }, { kind = "sliding_window", window = 128 }]"#;
+        let s = settings(&["--config", &with_groups(gpt_oss)]).unwrap();
+        let groups = s.groups["m"].groups();
+        assert_eq!(
+            groups[1],
+            GroupSpec::new(GroupKind::SlidingWindow { window: 128 }, 16)
+        );
+        assert_eq!(s.block_size("m"), 16);
+        // One full-attention group is a plain model.
+        let one = settings(&["--config", &with_groups(r#"[{ kind = "full_attention" }]"#)]);
+        assert!(one.unwrap().groups.is_empty());
+        for (groups, args, says) in [
+            (
+                r#"[{ kind = "mamba" }, { kind = "mamba" }]"#,
+                &[][..],
+                "full-attention",
+            ),
+            (
+                r#"[{ kind = "full_attention" }, { kind = "sliding_window", window = 0 }]"#,
+                &[],
+                "group 1",
+            ),
+            (
+                r#"[{ kind = "full_attention" }, { kind = "retention" }]"#,
+                &[],
+                "retention",
+            ),
+            (gpt_oss, &["--snapshot-dir", "/tmp"], "snapshots"),
+            (gpt_oss, &["--peer", "http://h"], "--peer"),
+            (gpt_oss, &["--approximate", "ttl"], "--approximate"),
+        ] {
+            let mut argv = vec!["--config".to_owned(), with_groups(groups)];
+            argv.extend(args.iter().map(|a| (*a).to_owned()));
+            let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+            let message = settings(&argv).unwrap_err().to_string();
+            assert!(message.contains(says), "{groups} {args:?}: {message}");
+        }
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

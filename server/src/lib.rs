@@ -13,6 +13,7 @@
 //! - [`prompt`]: a model's tokenizer, chat template and prefix store;
 //! - [`duplicates`]: counting stores that change nothing;
 //! - [`fleet`]: the synthetic fleet the load tools query;
+//! - [`hybrid`]: the tiers of models with several KV-cache groups;
 //! - [`snapshot`]: the versioned, checksummed snapshot format and its atomic writes;
 //! - [`metrics`]: Prometheus metrics;
 //! - [`run`]: startup (restore, engines), serving and shutdown.
@@ -23,6 +24,7 @@ pub mod config;
 pub mod duplicates;
 pub mod dynamo;
 pub mod fleet;
+pub mod hybrid;
 pub mod llmd;
 pub mod metrics;
 pub mod prompt;

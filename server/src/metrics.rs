@@ -4,6 +4,8 @@
 //! from the indexes, pools and subscribers when the metrics are scraped, so a scrape costs a few
 //! microseconds per index and engine and nothing on the hot paths.
 
+use std::sync::atomic::Ordering;
+
 use metrics::{counter, gauge};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
@@ -56,6 +58,7 @@ fn observe(service: &Service) {
                 ("unknown_parent", stats.rejected_unknown_parent),
                 ("invalid_sequence", stats.rejected_invalid_sequence),
                 ("conflict", stats.rejected_conflict),
+                ("no_group", tier.ungrouped.load(Ordering::Relaxed)),
             ] {
                 counter!(
                     "flash_indexer_events_rejected_total",
@@ -147,6 +150,7 @@ fn observe(service: &Service) {
                 ("decode", s.decode_errors),
                 ("mapping", s.rejected_events),
                 ("unknown_event", s.unknown_events),
+                ("index", s.index_refused),
             ] {
                 counter!(
                     "flash_indexer_ingest_rejected_total",
@@ -181,7 +185,8 @@ fn with_reason(labels: &[(&'static str, String)], reason: &str) -> Vec<(&'static
 fn backlogs(service: &Service, engines: &[EngineStatus]) -> Vec<(String, String, u64)> {
     let mut out = Vec::new();
     for model in service.models() {
-        for tier in &model.tiers {
+        // A hybrid tier's subscribers apply in place: nothing waits in its pool.
+        for tier in model.tiers.iter().filter(|t| t.hybrid.is_none()) {
             let submitted: u64 = engines
                 .iter()
                 .filter(|e| e.config.fixed_model() == Some(model.name.as_str()))

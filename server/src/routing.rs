@@ -5,7 +5,13 @@
 //! subscriber's topic resolver) and hands the event on to that model's pool for the same tier.
 //! Per worker, events keep their order: the router's pool applies them in order, and the model's
 //! pool queues them behind that worker's earlier events.
+//!
+//! Events reach the router without their KV-cache group, so those of a model with several
+//! groups are refused here and counted in its tier's
+//! [`ungrouped`](crate::service::TierIndex::ungrouped): a hybrid model's engines name their
+//! model in the configuration.
 
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 
 use flash_indexer::{Event, EventError, EventView, KvIndex, LocalHash, OverlapScores, Worker};
@@ -40,6 +46,31 @@ impl TopicRouter {
             f(&service.model_or_create(&model).tiers[self.tier].pool);
         }
     }
+
+    /// Whether worker `id`'s topic named a model with several KV-cache groups; if so, counts one
+    /// refused event there (the first one is logged).
+    fn refused_as_ungrouped(&self, id: u64) -> bool {
+        let Some(service) = self.service.upgrade() else {
+            return false;
+        };
+        let Some(name) = service.topic_model(id) else {
+            return false;
+        };
+        let model = service.model_or_create(&name);
+        let tier = &model.tiers[self.tier];
+        if tier.hybrid.is_none() {
+            return false;
+        }
+        if tier.ungrouped.fetch_add(1, Ordering::Relaxed) == 0 {
+            tracing::warn!(
+                model = %name,
+                worker = id,
+                "events of a model with several KV-cache groups from an engine named by its \
+                 topic are refused: give the engine's model in the configuration"
+            );
+        }
+        true
+    }
 }
 
 impl KvIndex for TopicRouter {
@@ -51,6 +82,9 @@ impl KvIndex for TopicRouter {
 
     /// As `apply`: the pool keeps a copy in its own buffers, so the event is not cloned.
     fn apply_view(&self, event: EventView<'_>) -> Result<(), EventError> {
+        if self.refused_as_ungrouped(event.worker.id) {
+            return Ok(());
+        }
         self.with_pool(event.worker.id, |pool| {
             let _ = pool.submit_copy(event);
         });

@@ -2,10 +2,11 @@
 //! the engines that feed them.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use flash_indexer::hybrid::HybridIndex;
 use flash_indexer::ingest::{
     DpRank, EngineEndpoint, IngestStats, MapConfig, Subscriber, SubscriberConfig, Topic,
 };
@@ -19,6 +20,7 @@ use xxhash_rust::xxh3::xxh3_64;
 use crate::approximate::Predictions;
 use crate::config::{EngineConfig, LayoutChoice, Settings, Tier};
 use crate::duplicates::DuplicateStores;
+use crate::hybrid::new_hybrid_tier;
 use crate::prompt::Prompter;
 use crate::routing::TopicRouter;
 use crate::snapshot::{Contents, IndexDump};
@@ -58,6 +60,12 @@ pub struct TierIndex {
     pub tier: Tier,
     /// Its index, behind the pool that applies its events.
     pub pool: Arc<WriterPool<dyn ServedIndex>>,
+    /// For a model with several KV-cache groups, the same index as its engines' subscribers
+    /// apply each event with its group (the pool then applies none).
+    pub hybrid: Option<Arc<dyn HybridIndex>>,
+    /// Events refused because they came without their group: those of engines whose topics
+    /// name a hybrid model ([`TopicRouter`]).
+    pub ungrouped: AtomicU64,
 }
 
 /// One model: an index per tier, heaviest tier first.
@@ -72,6 +80,13 @@ pub struct Model {
     pub prompter: Option<Arc<Prompter>>,
     /// Approximate mode's routing side, if on (its index is the GPU tier's).
     pub predictions: Option<Arc<Predictions>>,
+}
+
+impl Model {
+    /// Whether the model has several KV-cache groups (`groups` in its configuration).
+    pub fn is_hybrid(&self) -> bool {
+        self.tiers.iter().any(|t| t.hybrid.is_some())
+    }
 }
 
 /// An engine the server follows: one subscriber per tier, each keeping that tier's events.
@@ -262,8 +277,18 @@ impl Service {
             .entry(name.to_owned())
             .or_insert_with(|| {
                 let mut predictions = None;
+                let groups = self.settings.groups.get(name);
                 let tiers = (self.settings.tiers.iter().enumerate())
                     .map(|(t, tier)| {
+                        if let Some(groups) = groups {
+                            let (index, hybrid) = new_hybrid_tier(self.settings.layout, groups);
+                            return TierIndex {
+                                tier: tier.clone(),
+                                pool: Arc::new(WriterPool::new(index, PoolConfig::default())),
+                                hybrid: Some(hybrid),
+                                ungrouped: AtomicU64::new(0),
+                            };
+                        }
                         let mut index = new_index(self.settings.layout);
                         if t == 0 {
                             index = Arc::new(DuplicateStores::new(index));
@@ -276,6 +301,8 @@ impl Service {
                         TierIndex {
                             tier: tier.clone(),
                             pool: Arc::new(WriterPool::new(index, PoolConfig::default())),
+                            hybrid: None,
+                            ungrouped: AtomicU64::new(0),
                         }
                     })
                     .collect();
@@ -371,7 +398,8 @@ impl Service {
     /// The whole index, once every event queued so far is applied.
     pub fn dump(&self) -> Contents {
         let mut indexes = Vec::new();
-        for model in self.models() {
+        // A hybrid model's tiers dump nothing: their groups do not fit the format.
+        for model in self.models().into_iter().filter(|m| !m.is_hybrid()) {
             for tier in &model.tiers {
                 tier.pool.flush();
                 indexes.push(IndexDump {
@@ -446,35 +474,40 @@ impl Service {
                 },
                 ..SubscriberConfig::default()
             };
-            let pool = match &model {
-                Some(model) => Arc::clone(&model.tiers[t].pool),
-                None => {
-                    let router: Arc<dyn ServedIndex> = Arc::new(TopicRouter::new(self, t));
-                    let one_writer = PoolConfig {
-                        threads: 1,
-                        ..PoolConfig::default()
-                    };
-                    Arc::new(WriterPool::new(router, one_writer))
+            let endpoints = [endpoint.clone()];
+            let by_topic = config.worker.is_none();
+            let hybrid = model.as_ref().and_then(|m| m.tiers[t].hybrid.clone());
+            let started = if let Some(hybrid) = hybrid {
+                // A hybrid model's subscribers apply each event to the index with its group.
+                if by_topic {
+                    let resolver = self.topic_resolver();
+                    Subscriber::spawn_hybrid_with_resolver(
+                        hybrid,
+                        endpoints,
+                        resolver,
+                        subscriber_config,
+                    )
+                } else {
+                    Subscriber::spawn_hybrid(hybrid, endpoints, subscriber_config)
                 }
-            };
-            let started = if config.worker.is_some() {
-                Subscriber::spawn(pool, [endpoint.clone()], subscriber_config)
             } else {
-                let pods = Arc::clone(&self.pods);
-                let resolver = move |topic: &Topic<'_>| {
-                    let id = pod_worker_id(topic.pod);
-                    pods.lock().unwrap().entry(id).or_insert_with(|| TopicPod {
-                        pod: topic.pod.to_owned(),
-                        model: topic.model.to_owned(),
-                    });
-                    Some(id)
+                let pool = match &model {
+                    Some(model) => Arc::clone(&model.tiers[t].pool),
+                    None => {
+                        let router: Arc<dyn ServedIndex> = Arc::new(TopicRouter::new(self, t));
+                        let one_writer = PoolConfig {
+                            threads: 1,
+                            ..PoolConfig::default()
+                        };
+                        Arc::new(WriterPool::new(router, one_writer))
+                    }
                 };
-                Subscriber::spawn_with_resolver(
-                    pool,
-                    [endpoint.clone()],
-                    resolver,
-                    subscriber_config,
-                )
+                if by_topic {
+                    let resolver = self.topic_resolver();
+                    Subscriber::spawn_with_resolver(pool, endpoints, resolver, subscriber_config)
+                } else {
+                    Subscriber::spawn(pool, endpoints, subscriber_config)
+                }
             };
             match started {
                 Ok(subscriber) => subscribers.push((tier.name.clone(), subscriber)),
@@ -493,6 +526,19 @@ impl Service {
             },
         );
         Ok(())
+    }
+
+    /// Names each message's worker after its topic's pod, recording the pod and its model.
+    fn topic_resolver(&self) -> impl Fn(&Topic<'_>) -> Option<u64> + Send + Sync + 'static {
+        let pods = Arc::clone(&self.pods);
+        move |topic: &Topic<'_>| {
+            let id = pod_worker_id(topic.pod);
+            pods.lock().unwrap().entry(id).or_insert_with(|| TopicPod {
+                pod: topic.pod.to_owned(),
+                model: topic.model.to_owned(),
+            });
+            Some(id)
+        }
     }
 
     /// Stops following the engine of worker `id` (if one is registered) and drops every block
