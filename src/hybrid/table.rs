@@ -24,7 +24,9 @@ use std::collections::{BinaryHeap, HashMap};
 /// What a table publishes of one event.
 #[derive(Debug, Default)]
 pub(super) struct Changes {
-    /// `(group, path, ±1)`: a block of the group started or stopped holding the path.
+    /// `(group, path, ±1)`: a block of the group started or stopped holding the path. Only
+    /// groups whose rule queries ask block by block: a run spec's groups are read through its
+    /// answers.
     pub(super) held: Vec<(u32, Key, i32)>,
     /// `(spec, path, answer)`: the run rule of spec `spec` (an index into the model's specs)
     /// for a hit ending at `path` is now `answer` blocks (0: none).
@@ -231,14 +233,15 @@ impl Table {
         true
     }
 
-    /// Every (group, path) pair the table holds, once per holding block, and every (spec,
-    /// path) with an answer, as changes that take them back: what goes when the worker goes.
+    /// Every published (group, path) pair the table holds, once per holding block, and every
+    /// (spec, path) with an answer, as changes that take them back: what goes when the worker
+    /// goes.
     pub(super) fn retraction(&self, runs: &Runs) -> Changes {
         let held = self
             .blocks
             .values()
             .flat_map(|entry| {
-                let groups = entry.groups;
+                let groups = entry.groups & !runs.watched;
                 entry.path.into_iter().flat_map(move |path| {
                     (0..32u32)
                         .filter(move |g| groups & (1 << g) != 0)
@@ -290,8 +293,8 @@ impl Table {
 
     /// One more (`change` 1) or one fewer (-1) of `group`'s blocks holds `path`.
     fn count(&mut self, runs: &Runs, group: u32, path: Key, change: i32, out: &mut Changes) {
-        out.held.push((group, path, change));
         if runs.watched & (1 << group) == 0 {
+            out.held.push((group, path, change));
             return;
         }
         if let Some(node) = self.paths.get_mut(&path) {
