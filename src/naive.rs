@@ -171,7 +171,7 @@ fn depth(children: &Children, query: &[LocalHash]) -> u32 {
 
 /// Reachable blocks (see [the contract](crate::docs::contract)) of one worker, each after its
 /// parent.
-fn reachable_in_order(held: &HeldSet) -> Vec<(SeqHash, Held)> {
+pub(crate) fn reachable_in_order(held: &HeldSet) -> Vec<(SeqHash, Held)> {
     let children = children_of(held);
     let mut out = Vec::new();
     let mut stack: Vec<Option<SeqHash>> = vec![None];

@@ -4,7 +4,7 @@
 use super::model::ModelGroups;
 use super::rules::{Holdings, longest_hit};
 use super::table::{Changes, Runs, Table};
-use super::{HybridIndex, check_group};
+use super::{HybridIndex, check_group, dump_other};
 use crate::error::EventError;
 use crate::index::KvIndex;
 use crate::index_core::canon::{Canon, Key};
@@ -334,6 +334,23 @@ impl<I: KvIndex> HybridIndex for HybridIndexer<I> {
         self.shard(worker.id)
             .get(&worker)
             .map_or(0, |table| table.count_other(group))
+    }
+
+    /// The layout's dump for the chain group, then each worker's other groups, a shard at a
+    /// time (a worker's groups are read at one instant, the layout at another).
+    fn dump(&self) -> Vec<(u32, Event)> {
+        let chain = self.model.chain_group();
+        let mut events: Vec<(u32, Event)> = (self.chain.dump().into_iter())
+            .map(|e| (chain, e))
+            .collect();
+        for shard in self.tables.iter() {
+            for (&worker, table) in lock(shard).iter() {
+                for (group, seqs) in table.others() {
+                    events.push(dump_other(worker, group, seqs));
+                }
+            }
+        }
+        events
     }
 }
 

@@ -53,7 +53,7 @@ pub use naive::NaiveHybridIndexer;
 
 use crate::error::EventError;
 use crate::scores::OverlapScores;
-use crate::types::{Event, LocalHash, Worker};
+use crate::types::{Block, Event, LocalHash, SeqHash, Worker};
 
 /// An index of a model with several KV-cache groups (see [the
 /// contract](crate::docs::contract#groups)).
@@ -81,6 +81,23 @@ pub trait HybridIndex: Send + Sync {
 
     /// Blocks `worker`'s group `group` holds, reachable or not.
     fn block_count(&self, worker: Worker, group: u32) -> usize;
+
+    /// Events, each with its group, that applied in order to an empty index of the same model
+    /// give identical `find_matches` results for every query: what a snapshot keeps. The chain
+    /// group's held-but-unreachable blocks may be left out. Another group's stores name only
+    /// sequence hashes (it holds blocks by them): their parents are `None` and their local
+    /// hashes mean nothing.
+    fn dump(&self) -> Vec<(u32, Event)>;
+}
+
+/// The stores of `seqs`, held by `group` of `worker`, as [`HybridIndex::dump`] gives another
+/// group's blocks.
+fn dump_other(worker: Worker, group: u32, seqs: impl IntoIterator<Item = SeqHash>) -> (u32, Event) {
+    let blocks = seqs
+        .into_iter()
+        .map(|seq| Block::new(LocalHash(0), seq))
+        .collect();
+    (group, Event::stored(worker, 0, None, blocks))
 }
 
 /// `Err` unless `group` is one of `model`'s.

@@ -3,12 +3,12 @@
 
 use super::model::ModelGroups;
 use super::rules::longest_hit;
-use super::{HybridIndex, check_group};
+use super::{HybridIndex, check_group, dump_other};
 use crate::error::EventError;
-use crate::naive::{Children, HeldSet, children_of, store};
+use crate::naive::{Children, HeldSet, children_of, reachable_in_order, store};
 use crate::scores::OverlapScores;
 use crate::sync::{Mutex, MutexGuard, lock};
-use crate::types::{Event, EventKind, LocalHash, SeqHash, Worker};
+use crate::types::{Block, Event, EventKind, LocalHash, SeqHash, Worker};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// One worker's blocks: the chain group's held set (as [`NaiveIndexer`](crate::NaiveIndexer)
@@ -199,5 +199,23 @@ impl HybridIndex for NaiveHybridIndexer {
         } else {
             holding.others.get(&group).map_or(0, BTreeSet::len)
         }
+    }
+
+    fn dump(&self) -> Vec<(u32, Event)> {
+        let workers = self.lock();
+        let chain = self.model.chain_group();
+        let mut events = Vec::new();
+        for (&worker, holding) in workers.iter() {
+            for (seq, held) in reachable_in_order(&holding.chain) {
+                let block = Block::new(held.local, seq);
+                events.push((chain, Event::stored(worker, 0, held.parent, vec![block])));
+            }
+            for (&group, seqs) in &holding.others {
+                if !seqs.is_empty() {
+                    events.push(dump_other(worker, group, seqs.iter().copied()));
+                }
+            }
+        }
+        events
     }
 }

@@ -263,6 +263,20 @@ impl Table {
         Changes { held, answers }
     }
 
+    /// The blocks each group but the chain group holds, by group (groups holding none left out).
+    pub(super) fn others(&self) -> Vec<(u32, Vec<SeqHash>)> {
+        let mut by_group: Vec<(u32, Vec<SeqHash>)> = Vec::new();
+        for (&seq, entry) in &self.blocks {
+            for group in (0..32u32).filter(|g| entry.groups & (1 << g) != 0) {
+                match by_group.iter_mut().find(|(g, _)| *g == group) {
+                    Some((_, seqs)) => seqs.push(seq),
+                    None => by_group.push((group, vec![seq])),
+                }
+            }
+        }
+        by_group
+    }
+
     /// How many blocks `group` (not the chain group) holds.
     pub(super) fn count_other(&self, group: u32) -> usize {
         let bit = 1 << group;

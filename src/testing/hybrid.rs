@@ -133,11 +133,13 @@ pub fn run_hybrid_input(data: &[u8]) -> Result<(), String> {
 struct Subject {
     name: &'static str,
     index: HybridIndexer<Box<dyn KvIndex>>,
+    make: fn() -> Box<dyn KvIndex>,
 }
 
 /// Runs `case` on every enabled layout (and the default model of one group, when the case has
 /// one) against [`NaiveHybridIndexer`]: every result and every query must agree, and once every
-/// worker is removed, nothing may be left.
+/// worker is removed, nothing may be left. Each index's dump, applied to an empty index of its
+/// kind and to an empty reference, must answer every query as the reference does.
 pub fn check_hybrid_case(case: &HybridCase) -> Result<(), String> {
     let model = ModelGroups::new(case.groups.clone()).map_err(|e| e.to_string())?;
     let reference = NaiveHybridIndexer::new(model.clone());
@@ -146,6 +148,7 @@ pub fn check_hybrid_case(case: &HybridCase) -> Result<(), String> {
         .map(|layout| Subject {
             name: layout.name,
             index: HybridIndexer::with_layout(model.clone(), (layout.make)()),
+            make: layout.make,
         })
         .collect();
     let world = World {
@@ -197,6 +200,7 @@ pub fn check_hybrid_case(case: &HybridCase) -> Result<(), String> {
             }
         }
     }
+    check_dumps(&model, &reference, &subjects, &seen)?;
     for id in 0..3 {
         reference.remove_worker(id);
         for subject in &subjects {
@@ -211,6 +215,51 @@ pub fn check_hybrid_case(case: &HybridCase) -> Result<(), String> {
                  was removed",
                 subject.name
             ));
+        }
+    }
+    Ok(())
+}
+
+/// What a snapshot keeps: every index's dump rebuilds, in an empty index of its own kind and in
+/// an empty reference, the answers of the reference to `queries`.
+fn check_dumps(
+    model: &ModelGroups,
+    reference: &NaiveHybridIndexer,
+    subjects: &[Subject],
+    queries: &[Vec<LocalHash>],
+) -> Result<(), String> {
+    let naive = || -> Box<dyn HybridIndex> { Box::new(NaiveHybridIndexer::new(model.clone())) };
+    type Rebuilt = (String, Box<dyn HybridIndex>, Vec<(u32, Event)>);
+    let mut rebuilt: Vec<Rebuilt> = vec![(
+        "naive dump into naive".to_owned(),
+        naive(),
+        reference.dump(),
+    )];
+    for subject in subjects {
+        let dump = subject.index.dump();
+        let same = HybridIndexer::with_layout(model.clone(), (subject.make)());
+        let name = subject.name;
+        rebuilt.push((
+            format!("{name} dump into {name}"),
+            Box::new(same),
+            dump.clone(),
+        ));
+        rebuilt.push((format!("{name} dump into naive"), naive(), dump));
+    }
+    for (name, index, dump) in rebuilt {
+        for (group, event) in &dump {
+            index
+                .apply(*group, event)
+                .map_err(|e| format!("{name}: {event:?} of group {group} refused: {e}"))?;
+        }
+        for query in queries {
+            let expected = sorted(reference.find_matches(query).iter().collect());
+            let got = sorted(index.find_matches(query).iter().collect());
+            if got != expected {
+                return Err(format!(
+                    "{name}: query {query:?}: {got:?}, the reference {expected:?}"
+                ));
+            }
         }
     }
     Ok(())
