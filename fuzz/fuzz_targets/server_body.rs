@@ -48,6 +48,7 @@ fn app() -> &'static (tokio::runtime::Runtime, axum::Router, axum::Router) {
                 model: "m".into(),
                 tier: "GPU".into(),
                 events: vec![Event::stored(Worker::new(1, 0), 0, None, blocks)],
+                groups: Vec::new(),
             }],
         });
         let runtime = tokio::runtime::Builder::new_current_thread()

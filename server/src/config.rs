@@ -536,11 +536,7 @@ impl Settings {
             ));
         }
         if let Some(name) = groups.keys().next() {
-            check_hybrid(
-                name,
-                &approximate,
-                snapshots || cli.peer.is_some() || file.peer.is_some(),
-            )?;
+            check_hybrid(name, &approximate)?;
         }
         Ok(Settings {
             approximate,
@@ -596,19 +592,9 @@ fn model_groups(m: &ModelConfig) -> Result<Option<ModelGroups>, ConfigError> {
     Ok((model.len() > 1).then_some(model))
 }
 
-/// What hybrid models (`name` is one) cannot be combined with yet: snapshots and peers (their
-/// dumps carry no groups), and approximate mode (its predictions have none).
-fn check_hybrid(
-    name: &str,
-    approximate: &Option<ApproximateSettings>,
-    snapshots_or_peer: bool,
-) -> Result<(), ConfigError> {
-    if snapshots_or_peer {
-        return Err(ConfigError::Invalid(format!(
-            "model {name} has several KV-cache groups: snapshots and --peer do not keep groups yet \
-             (its index is rebuilt from the engines' replay)"
-        )));
-    }
+/// What hybrid models (`name` is one) cannot be combined with yet: approximate mode (its
+/// predictions have no groups).
+fn check_hybrid(name: &str, approximate: &Option<ApproximateSettings>) -> Result<(), ConfigError> {
     if approximate.is_some() {
         return Err(ConfigError::Invalid(format!(
             "model {name} has several KV-cache groups: --approximate predicts one group only"
@@ -886,8 +872,6 @@ mod tests {
                 &[],
                 "retention",
             ),
-            (gpt_oss, &["--snapshot-dir", "/tmp"], "snapshots"),
-            (gpt_oss, &["--peer", "http://h"], "--peer"),
             (gpt_oss, &["--approximate", "ttl"], "--approximate"),
         ] {
             let mut argv = vec!["--config".to_owned(), with_groups(groups)];

@@ -351,9 +351,22 @@ impl Service {
                 tracing::warn!(tier = %dump.tier, model = %dump.model, "snapshot tier not kept by this server: skipped");
                 continue;
             };
+            // A model that gained or lost its groups since: its index is rebuilt from the engines.
+            let fits = match &tier.hybrid {
+                Some(_) => dump.groups.len() == dump.events.len(),
+                None => dump.groups.is_empty(),
+            };
+            if !fits {
+                tracing::warn!(tier = %dump.tier, model = %dump.model, "snapshot index kept other KV-cache groups than its model has: skipped");
+                continue;
+            }
             let index = tier.pool.index();
-            for event in &dump.events {
-                match index.apply(event) {
+            for (at, event) in dump.events.iter().enumerate() {
+                let result = match &tier.hybrid {
+                    Some(hybrid) => hybrid.apply(dump.groups[at], event),
+                    None => index.apply(event),
+                };
+                match result {
                     Ok(()) => applied += 1,
                     Err(_) => refused += 1,
                 }
@@ -398,14 +411,18 @@ impl Service {
     /// The whole index, once every event queued so far is applied.
     pub fn dump(&self) -> Contents {
         let mut indexes = Vec::new();
-        // A hybrid model's tiers dump nothing: their groups do not fit the format.
-        for model in self.models().into_iter().filter(|m| !m.is_hybrid()) {
+        for model in self.models() {
             for tier in &model.tiers {
                 tier.pool.flush();
+                let (events, groups) = match &tier.hybrid {
+                    Some(hybrid) => hybrid.dump().into_iter().map(|(g, e)| (e, g)).unzip(),
+                    None => (tier.pool.index().dump(), Vec::new()),
+                };
                 indexes.push(IndexDump {
                     model: model.name.clone(),
                     tier: tier.tier.name.clone(),
-                    events: tier.pool.index().dump(),
+                    events,
+                    groups,
                 });
             }
         }

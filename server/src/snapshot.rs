@@ -11,7 +11,8 @@
 //! | n | body: JSON, [`Contents`] |
 //!
 //! The body is every index's [`KvIndex::dump`](flash_indexer::KvIndex::dump): events that,
-//! applied to an empty index, answer every query as the index did. A file is written to a
+//! applied to an empty index, answer every query as the index did (with each event's group, for
+//! a model with several KV-cache groups). A file is written to a
 //! temporary name, synced, then renamed over the old one, so a crash leaves the old snapshot or
 //! the new one, never half of one; a reader checks magic, version, length and checksum before it
 //! parses anything.
@@ -50,6 +51,10 @@ pub struct IndexDump {
     pub tier: String,
     /// Events that rebuild it.
     pub events: Vec<Event>,
+    /// For a model with several KV-cache groups, each event's group (`HybridIndex::dump`);
+    /// empty for other models.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub groups: Vec<u32>,
 }
 
 /// Why a snapshot was not read.
@@ -186,6 +191,7 @@ mod tests {
                 model: "m".into(),
                 tier: "GPU".into(),
                 events: vec![Event::stored(Worker::new(3, 1), 0, None, blocks)],
+                groups: Vec::new(),
             }],
         }
     }

@@ -1,7 +1,8 @@
 //! A hybrid model in the server's configuration: gpt-oss-like groups (full attention and a
 //! sliding window of 8 tokens, blocks of 4), fed vLLM 0.33's events with their `group_idx` by
-//! a stand-in engine over loopback ZeroMQ, scored by vLLM's reuse rules; and an engine named by
-//! its topic, whose events come without their group, refused and counted.
+//! a stand-in engine over loopback ZeroMQ, scored by vLLM's reuse rules, kept by a replica that
+//! bootstraps from the server and by its snapshot; and an engine named by its topic, whose
+//! events come without their group, refused and counted.
 
 mod support;
 
@@ -59,7 +60,7 @@ fn metric(server: &Server, line_start: &str) -> Option<f64> {
 }
 
 #[test]
-fn a_hybrid_model_is_scored_by_every_group_and_ungrouped_events_are_refused() {
+fn a_hybrid_model_is_scored_by_every_group_kept_by_snapshots_and_ungrouped_events_are_refused() {
     let dir = temp_dir("hybrid");
     let (mut a, mut b) = (Engine::bind(), Engine::with_topic("kv@pod-b@gpt"));
     let config = dir.join("config.toml");
@@ -104,6 +105,42 @@ fn a_hybrid_model_is_scored_by_every_group_and_ungrouped_events_are_refused() {
         metric(&server, rejected).is_some_and(|n| n > 0.0)
     });
     assert_eq!(depths(&server, &tokens), [(1, 10)]);
+
+    // Every group survives a replica's bootstrap from this server (`--peer`, its `GET /dump`)
+    // and that replica's snapshot on disk.
+    let model_only = dir.join("model.toml");
+    let model_toml = std::fs::read_to_string(&config).unwrap();
+    let model_toml = &model_toml[..model_toml.find("[[engines]]").unwrap()];
+    std::fs::write(&model_only, model_toml).unwrap();
+    let snapshots = dir.join("snapshots");
+    let (model_only, snapshots) = (model_only.to_str().unwrap(), snapshots.to_str().unwrap());
+    let replica = Server::start(
+        &dir,
+        "replica",
+        &[
+            "--config",
+            model_only,
+            "--peer",
+            &server.url,
+            "--snapshot-dir",
+            snapshots,
+        ],
+    );
+    replica.wait_ready();
+    let restored = |other: &Server| {
+        assert_eq!(depths(other, &tokens), [(1, 10)]);
+        assert_eq!(depths(other, &tokens[..28]), []);
+        assert_eq!(depths(other, &tokens[..36]), []);
+    };
+    restored(&replica);
+    replica.terminate();
+    let restarted = Server::start(
+        &dir,
+        "restarted",
+        &["--config", model_only, "--snapshot-dir", snapshots],
+    );
+    restarted.wait_ready();
+    restored(&restarted);
 
     // Removing the worker reaches every group.
     assert_eq!(server.delete("/workers/1"), 204);

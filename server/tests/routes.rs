@@ -40,6 +40,7 @@ fn tiered_snapshot(dir: &std::path::Path) {
         model: "m".into(),
         tier: tier.into(),
         events,
+        groups: Vec::new(),
     };
     let contents = Contents {
         taken_unix_ms: 1,

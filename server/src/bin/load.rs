@@ -128,6 +128,7 @@ fn fleet(args: &Args, prompter: Option<&Prompter>) -> Result<Contents, String> {
             model: "default".into(),
             tier: "GPU".into(),
             events,
+            groups: Vec::new(),
         }],
     })
 }
