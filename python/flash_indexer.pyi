@@ -202,6 +202,9 @@ class HybridIndex:
     def remove_worker_dp_rank(self, worker: _Worker) -> None: ...
     def block_count(self, worker: _Worker, group: int) -> int:
         """Blocks group ``group`` of ``worker`` holds, reachable or not."""
+    def dump(self) -> List[Tuple[int, Tuple[int, int], Optional[int], List[Tuple[int, int]]]]:
+        """The ``apply_stored`` calls, ``(group, worker, parent, blocks)``, that rebuild the
+        index's answers in an empty HybridIndex of the same groups."""
 
 @final
 class OverlapScores:

@@ -5,11 +5,14 @@ use crate::convert::{event_error, scores, tally};
 use crate::index::make_layout;
 use flash_indexer::hybrid::{GroupKind, GroupSpec, HybridIndex as _, HybridIndexer, ModelGroups};
 use flash_indexer::ingest::{EventMapper, MapConfig};
-use flash_indexer::{Block, Event, EventError, KvIndex, LocalHash, SeqHash};
-use pyo3::exceptions::PyValueError;
+use flash_indexer::{Block, Event, EventError, EventKind, KvIndex, LocalHash, SeqHash};
+use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use std::sync::Arc;
+
+/// One `apply_stored` call of a dump: `(group, (worker_id, dp_rank), parent, [(local, seq)])`.
+type DumpedStore = (u32, (u64, u32), Option<u64>, Vec<(u64, u64)>);
 
 /// A group as Python gives it: `(kind, block_size)` or `(kind, block_size, window)`.
 fn group_spec(group: &Bound<'_, PyAny>) -> PyResult<GroupSpec> {
@@ -203,6 +206,25 @@ impl HybridIndex {
         }
         let index = &self.index;
         crate::guard::detach(py, || index.block_count(w, group))
+    }
+
+    /// The `apply_stored` calls, `(group, worker, parent, blocks)`, that rebuild the index's
+    /// answers in an empty `HybridIndex` of the same groups: what a snapshot keeps.
+    fn dump(&self, py: Python<'_>) -> PyResult<Vec<DumpedStore>> {
+        let index = &self.index;
+        let events = crate::guard::detach(py, || index.dump())?;
+        (events.into_iter())
+            .map(|(group, event)| match event.kind {
+                EventKind::Stored { parent, blocks } => {
+                    let w = (event.worker.id, event.worker.dp_rank);
+                    let blocks = blocks.iter().map(|b| (b.local.0, b.seq.0)).collect();
+                    Ok((group, w, parent.map(|p| p.0), blocks))
+                }
+                EventKind::Removed { .. } | EventKind::Cleared => Err(PyRuntimeError::new_err(
+                    "a hybrid index's dump held another event than a store",
+                )),
+            })
+            .collect()
     }
 
     fn __repr__(&self) -> String {

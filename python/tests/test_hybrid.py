@@ -37,6 +37,25 @@ def test_a_window_group_needs_only_the_blocks_under_its_window(layout):
     assert index.block_count(w, 0) == 0 and index.block_count(w, 1) == 0
 
 
+@pytest.mark.parametrize("layout", ["positional", "array", "radix"])
+def test_a_dump_rebuilds_every_group(layout):
+    index = fi.HybridIndex(GPT_OSS_LIKE, layout=layout)
+    locals_ = [101, 102, 103, 104, 105, 106]
+    blocks = [(local, 1000 + i) for i, local in enumerate(locals_)]
+    w = (3, 1)
+    index.apply_stored(0, w, None, blocks)
+    index.apply_stored(1, w, None, blocks)
+    index.apply_removed(1, w, [1000, 1001, 1002, 1005])
+    assert index.find_matches(locals_) == {w: 5}
+    copy = fi.HybridIndex(GPT_OSS_LIKE, layout=layout)
+    for group, worker, parent, stored in index.dump():
+        copy.apply_stored(group, worker, parent, stored)
+    # The window group's evictions came along: only 5 blocks, and 3 need an earlier window.
+    for n in range(len(locals_) + 1):
+        assert copy.find_matches(locals_[:n]) == index.find_matches(locals_[:n]), n
+    assert copy.block_count(w, 1) == 2
+
+
 def test_bad_models_and_bad_events_raise_value_error_and_change_nothing():
     with pytest.raises(ValueError, match="full-attention"):
         fi.HybridIndex([("mamba", 16)])
