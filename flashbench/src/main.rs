@@ -189,6 +189,11 @@ enum Command {
         /// Workers of the fleet preset.
         #[arg(long, default_value_t = 7000)]
         fleet_workers: u64,
+        /// Hybrid preset: each query waits until this many microseconds after the previous one
+        /// (and until its events are in), so that both models' queries follow the same idle time
+        /// whatever their writers' work; 0 queries as soon as the events are in.
+        #[arg(long, default_value_t = 0)]
+        query_gap_us: u64,
         /// The fleet preset sends every request this many times (disjoint hash ids).
         #[arg(long, default_value_t = 2)]
         fleet_duplicate: usize,
@@ -604,6 +609,7 @@ fn run(cli: Cli) -> Result<(), String> {
             paced_seconds,
             fleet_workers,
             fleet_duplicate,
+            query_gap_us,
             out,
             no_write,
             engine,
@@ -622,6 +628,7 @@ fn run(cli: Cli) -> Result<(), String> {
                 paced_seconds: *paced_seconds,
                 fleet_workers: *fleet_workers,
                 fleet_duplicate: *fleet_duplicate,
+                query_gap: std::time::Duration::from_micros(*query_gap_us),
                 out: (!no_write).then(|| out.clone()),
             };
             compare::compare(&compare_cfg, &requests, &source, &cfg)

@@ -19,7 +19,7 @@ use flash_indexer::{Event, EventKind, KvIndex, LocalHash, SeqHash, Worker};
 use hdrhistogram::Histogram;
 use std::collections::{HashMap, HashSet};
 use std::fmt::Write as _;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// gpt-oss's window, in tokens.
 const WINDOW: u32 = 128;
@@ -97,7 +97,13 @@ type Scores = Vec<(Worker, u32)>;
 /// applied on a writer thread, as a router's event loop applies them, and each query runs on
 /// the calling thread once every event before it is in (the writer waits for the answer), so
 /// the answers are the reference's and the query's caches hold what a query thread's would.
-fn replay(index: &dyn HybridIndex, steps: &[HybridStep], timed: bool) -> (Vec<Scores>, Vec<u64>) {
+/// With a `gap`, a query also waits until `gap` after the previous one started.
+fn replay(
+    index: &dyn HybridIndex,
+    steps: &[HybridStep],
+    timed: bool,
+    gap: Duration,
+) -> (Vec<Scores>, Vec<u64>) {
     use std::sync::atomic::{AtomicUsize, Ordering};
     let groups = index.model().len() as u32;
     let queries: Vec<&Vec<LocalHash>> = steps
@@ -111,6 +117,7 @@ fn replay(index: &dyn HybridIndex, steps: &[HybridStep], timed: bool) -> (Vec<Sc
     let (reached, answered) = (AtomicUsize::new(0), AtomicUsize::new(0));
     let mut answers = Vec::with_capacity(queries.len());
     let mut ns = Vec::with_capacity(queries.len());
+    let mut due = Instant::now();
     std::thread::scope(|scope| {
         scope.spawn(|| {
             for step in steps {
@@ -129,11 +136,12 @@ fn replay(index: &dyn HybridIndex, steps: &[HybridStep], timed: bool) -> (Vec<Sc
             }
         });
         for (at, query) in queries.iter().enumerate() {
-            while reached.load(Ordering::Acquire) <= at {
+            while reached.load(Ordering::Acquire) <= at || Instant::now() < due {
                 std::hint::spin_loop();
             }
             let query = (*query).clone();
             let t0 = Instant::now();
+            due = t0 + gap;
             let scores = index.find_matches(&query);
             if timed {
                 ns.push(t0.elapsed().as_nanos() as u64);
@@ -164,6 +172,7 @@ pub fn run(
     source: &str,
     cfg: &EngineConfig,
     rounds: usize,
+    gap: Duration,
 ) -> Result<String, String> {
     let bs = cfg.block_size as u32;
     let one = ModelGroups::full_attention(bs);
@@ -179,8 +188,20 @@ pub fn run(
         .filter(|s| matches!(s, HybridStep::Query(_)))
         .count();
     eprintln!("hybrid: computing the reference answers ...");
-    let expected_one = replay(&NaiveHybridIndexer::new(one.clone()), &steps, false).0;
-    let expected_two = replay(&NaiveHybridIndexer::new(two.clone()), &steps, false).0;
+    let expected_one = replay(
+        &NaiveHybridIndexer::new(one.clone()),
+        &steps,
+        false,
+        Duration::ZERO,
+    )
+    .0;
+    let expected_two = replay(
+        &NaiveHybridIndexer::new(two.clone()),
+        &steps,
+        false,
+        Duration::ZERO,
+    )
+    .0;
     let layouts: Vec<_> = flash_indexer::testing::enabled_layouts()
         .into_iter()
         .filter(|f| f.primary)
@@ -202,7 +223,7 @@ pub fn run(
                 );
                 let index: HybridIndexer<Box<dyn KvIndex>> =
                     HybridIndexer::with_layout(model.clone(), (layout.make)());
-                let (answers, ns) = replay(&index, &steps, true);
+                let (answers, ns) = replay(&index, &steps, true, gap);
                 let differing = answers.iter().zip(expected).filter(|(a, e)| a != e).count();
                 if differing > 0 {
                     wrong.push(format!(
@@ -222,11 +243,20 @@ pub fn run(
     let _ = writeln!(
         md,
         "## hybrid\n\n{source} through the mock engines ({} workers x {} blocks, block size {bs}), \
-         {queries} queries, each timed on the query thread once a writer thread has applied the events before it. Model: full attention, or full attention and a sliding \
+         {queries} queries, each timed on the query thread once a writer thread has applied the events before it{}. Model: full attention, or full attention and a sliding \
          window of {WINDOW} tokens ({window_blocks} blocks), the window group evicting every \
          block of a store but its last {window_blocks} at once. Medians of {rounds} rounds; \
          every answer equal to its model's reference.\n",
-        cfg.workers, cfg.capacity_blocks
+        cfg.workers,
+        cfg.capacity_blocks,
+        if gap.is_zero() {
+            String::new()
+        } else {
+            format!(
+                " and at least {} us after the previous query",
+                gap.as_micros()
+            )
+        }
     );
     let _ = writeln!(
         md,

@@ -40,6 +40,8 @@ pub struct CompareConfig {
     /// Fleet preset: workers and duplication.
     pub fleet_workers: u64,
     pub fleet_duplicate: usize,
+    /// Hybrid preset: the least time from one query to the next.
+    pub query_gap: std::time::Duration,
     /// Where `compare.md`, `compare.json` and the figures go (none: print only).
     pub out: Option<PathBuf>,
 }
@@ -116,7 +118,7 @@ pub fn compare(
         }
     }
     if cfg.presets.iter().any(|p| p == HYBRID) {
-        let md = hybrid::run(trace, source, engine, cfg.rounds)?;
+        let md = hybrid::run(trace, source, engine, cfg.rounds, cfg.query_gap)?;
         println!("{md}");
         if let Some(dir) = &cfg.out {
             std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
