@@ -188,20 +188,10 @@ pub fn run(
         .filter(|s| matches!(s, HybridStep::Query(_)))
         .count();
     eprintln!("hybrid: computing the reference answers ...");
-    let expected_one = replay(
-        &NaiveHybridIndexer::new(one.clone()),
-        &steps,
-        false,
-        Duration::ZERO,
-    )
-    .0;
-    let expected_two = replay(
-        &NaiveHybridIndexer::new(two.clone()),
-        &steps,
-        false,
-        Duration::ZERO,
-    )
-    .0;
+    let [expected_one, expected_two] = [&one, &two].map(|model| {
+        let reference = NaiveHybridIndexer::new(model.clone());
+        replay(&reference, &steps, false, Duration::ZERO).0
+    });
     let layouts: Vec<_> = flash_indexer::testing::enabled_layouts()
         .into_iter()
         .filter(|f| f.primary)
