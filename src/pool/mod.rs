@@ -3,9 +3,10 @@
 //! Routing is sticky: every event of a worker id (all its dp ranks) goes to the same thread, so
 //! one worker's events apply in submission order and writers never contend on a worker's lock.
 //!
-//! Events are handed over owned ([`WriterPool::submit`]) or copied into the pool's own buffers
-//! ([`WriterPool::submit_copy`], for a router that keeps or reuses its event buffers: no
-//! allocation per event).
+//! Events are copied into the pool's own buffers, which the writers apply in place: from an
+//! owned event ([`WriterPool::submit`], which frees it on the caller's thread) or from a
+//! router's own buffer ([`WriterPool::submit_copy`], for a router that keeps or reuses its event
+//! buffers: no allocation per event).
 //!
 //! ```
 //! use std::sync::Arc;
@@ -40,9 +41,9 @@ use std::time::{Duration, Instant};
 pub struct PoolConfig {
     /// Writer threads (at least one).
     pub threads: usize,
-    /// Events each thread's queue holds before [`WriterPool::submit`] waits for room. An event
-    /// of [`WriterPool::submit_copy`] counts once more for every 16 blocks it carries, so a full
-    /// queue's copies hold at most 16 blocks per unit of capacity.
+    /// Events each thread's queue holds before [`WriterPool::submit`] waits for room. A copied
+    /// event counts once more for every 16 blocks it carries, so a full queue's copies hold at
+    /// most 16 blocks per unit of capacity.
     pub queue_capacity: usize,
 }
 
@@ -195,13 +196,22 @@ impl<I: KvIndex + ?Sized + 'static> WriterPool<I> {
     }
 
     /// Queues `event`, waiting while its worker's queue is full.
+    ///
+    /// The event is copied into the pool's buffers, as [`submit_copy`](Self::submit_copy) copies
+    /// it, and freed here, on the caller's thread, while it is still in cache. Handed to a writer
+    /// instead, and given back to be freed in bulk at a later submit, it left the slowest
+    /// thousandth of the submitting thread's queries on the trace replay up to three times
+    /// slower (paper, section 6.23).
     pub fn submit(&self, event: Event) -> Result<(), SubmitError> {
-        self.queue(event.worker.id)
-            .send(Msg::Event(event), false)
-            .map_err(|refused| match refused {
-                Refused::Stopped(Msg::Event(event)) => SubmitError::Closed(event),
-                _ => unreachable!("`send` waits for room, and the message sent was an event"),
-            })
+        let queued = self
+            .queue(event.worker.id)
+            .send_with(|batch: &mut Batch| batch.copy(EventView::from(&event)))
+            .is_ok();
+        if queued {
+            Ok(())
+        } else {
+            Err(SubmitError::Closed(event))
+        }
     }
 
     /// Queues a copy of `event`, waiting while its worker's queue is full.
@@ -209,7 +219,7 @@ impl<I: KvIndex + ?Sized + 'static> WriterPool<I> {
     /// For a router that keeps its events, or decodes each into a buffer it reuses: the copy is
     /// written into the pool's own buffers, which the writers apply in place and clear for the
     /// next copies, so a steady stream of copies allocates and frees nothing, where
-    /// [`submit`](Self::submit) costs an allocation and a free for every event. On the Mooncake
+    /// an owned event costs its sender an allocation and a free. On the Mooncake
     /// trace replay through two writers on two cores, that was most of the submitting thread's
     /// time (paper, section 6.11). The buffers keep the room of the largest burst queued since
     /// the last [`flush`](Self::flush), which frees them.
@@ -238,7 +248,8 @@ impl<I: KvIndex + ?Sized + 'static> WriterPool<I> {
             .map_err(|_| SubmitError::Closed(event.to_event()))
     }
 
-    /// Queues `event` if its worker's queue has room; hands it back otherwise.
+    /// Queues `event` if its worker's queue has room; hands it back otherwise. The event itself
+    /// is queued, and its writer gives it back to a later submit, which frees it.
     pub fn try_submit(&self, event: Event) -> Result<(), SubmitError> {
         self.queue(event.worker.id)
             .try_send(Msg::Event(event))
@@ -347,8 +358,8 @@ impl Drop for StopOnExit<'_> {
     }
 }
 
-/// Applies what `queue` brings until it closes. Applied events go back to the submitters to be
-/// freed (see [`Inbox::give_back`]).
+/// Applies what `queue` brings until it closes. Events of [`WriterPool::try_submit`], handed
+/// over owned, go back to the submitters to be freed (see [`Inbox::give_back`]).
 fn writer_loop<I: KvIndex + ?Sized>(index: &I, counters: &Counters, queue: &Inbox<Batch, Event>) {
     let _stop = StopOnExit(queue);
     let (mut batch, mut spent) = (Batch::default(), Vec::new());
