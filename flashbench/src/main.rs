@@ -177,6 +177,10 @@ enum Command {
         /// Interleaved rounds per preset; each cell is the median.
         #[arg(long, default_value_t = 3)]
         rounds: usize,
+        /// How the unpaced trace replays are driven and timed (the other presets are the same
+        /// under both).
+        #[arg(long, value_enum, default_value_t = compare::subject::Method::Compare)]
+        method: compare::subject::Method,
         /// Writer threads of every index.
         #[arg(long, default_value_t = 2)]
         threads: usize,
@@ -604,6 +608,7 @@ fn run(cli: Cli) -> Result<(), String> {
             trace,
             presets,
             rounds,
+            method,
             threads,
             paced_speed,
             paced_seconds,
@@ -629,6 +634,7 @@ fn run(cli: Cli) -> Result<(), String> {
                 fleet_workers: *fleet_workers,
                 fleet_duplicate: *fleet_duplicate,
                 query_gap: std::time::Duration::from_micros(*query_gap_us),
+                method: *method,
                 out: (!no_write).then(|| out.clone()),
             };
             compare::compare(&compare_cfg, &requests, &source, &cfg)

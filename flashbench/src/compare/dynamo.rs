@@ -23,7 +23,8 @@
 //! wrappers' `flush()` calls it (the branch-sharded one on every shard). The comparison's exact
 //! answers right after each barrier confirm it.
 
-use super::subject::{Scores, Subject, SubjectFactory};
+use super::presets::Step;
+use super::subject::{Scores, Subject, SubjectFactory, native_replay};
 use dynamo_kv_router::indexer::concurrent_radix_tree_compressed::ConcurrentRadixTreeCompressed;
 use dynamo_kv_router::indexer::positional::PositionalIndexer;
 use dynamo_kv_router::indexer::{
@@ -32,6 +33,7 @@ use dynamo_kv_router::indexer::{
 use dynamo_kv_router::protocols::{LocalBlockHash, OverlapScores};
 use flash_indexer::{Event, LocalHash, Worker};
 use flash_indexer_dynamo::FlashIndexer;
+use hdrhistogram::Histogram;
 use std::time::Instant;
 use tokio::runtime::Runtime;
 
@@ -96,6 +98,21 @@ impl<T: SyncIndexer> Subject for Pooled<T> {
     fn rejected(&self) -> Option<u64> {
         None
     }
+
+    fn replay_native(&self, steps: &[(u64, Step)]) -> (f64, Histogram<u64>) {
+        native_replay(
+            steps,
+            router_event,
+            to_locals,
+            |e| {
+                self.indexer
+                    .enqueue_event(e)
+                    .expect("Dynamo's writer threads outlive the comparison")
+            },
+            |q| self.indexer.backend().find_matches(q, false),
+            || self.barrier(),
+        )
+    }
 }
 
 impl<T: SyncIndexer> Drop for Pooled<T> {
@@ -137,6 +154,25 @@ impl Subject for BranchSharded {
 
     fn rejected(&self) -> Option<u64> {
         None
+    }
+
+    fn replay_native(&self, steps: &[(u64, Step)]) -> (f64, Histogram<u64>) {
+        native_replay(
+            steps,
+            router_event,
+            to_locals,
+            |e| {
+                self.rt
+                    .block_on(KvIndexerInterface::apply_event(&self.indexer, e))
+            },
+            // Its only entry point takes the query by value: the copy is part of the call.
+            |q| {
+                self.rt
+                    .block_on(KvIndexerInterface::find_matches(&self.indexer, q.clone()))
+                    .expect("an in-process branch-sharded query")
+            },
+            || self.barrier(),
+        )
     }
 }
 

@@ -3,7 +3,7 @@
 
 use super::presets::{Phase, Preset, Step, write_blocks};
 use super::reference::Reference;
-use super::subject::{Scores, Subject, SubjectFactory};
+use super::subject::{Method, Scores, Subject, SubjectFactory};
 use flash_indexer::KvIndex;
 use flash_indexer::testing::{CountingAlloc, collect_garbage};
 use hdrhistogram::Histogram;
@@ -102,7 +102,7 @@ impl Run {
     }
 }
 
-fn latency_histogram() -> Histogram<u64> {
+pub(super) fn latency_histogram() -> Histogram<u64> {
     Histogram::new_with_bounds(1, 60_000_000_000, 3).expect("histogram bounds")
 }
 
@@ -112,14 +112,16 @@ fn us(h: &Histogram<u64>, q: f64) -> f64 {
 
 /// Runs every phase of `preset` on a fresh subject. Replays are timed without waiting for the
 /// writers (their answers race the writers, so they are not checked); with `check_replays`, each
-/// replay is first run on another fresh subject with a barrier before every query, and those
-/// answers are checked.
+/// replay is also run on another fresh subject with a barrier before every query, and those
+/// answers are checked: before the timed replay, or after it by `method`'s rule (unpaced replays
+/// are driven by `method`; paced ones always as [`Method::Compare`] drives them).
 pub fn run(
     factory: &SubjectFactory,
     preset: &Preset,
     expected: &Expected,
     threads: usize,
     check_replays: bool,
+    method: Method,
 ) -> Run {
     let mut run = Run::default();
     collect_garbage();
@@ -162,15 +164,27 @@ pub fn run(
                 insert_latencies(&mut run, label, &h);
             }
             Phase::Replay { steps, speed, .. } => {
-                if check_replays {
+                let check = |run: &mut Run| {
                     let checker = (factory.make)(threads);
                     let (checked, differing) =
                         checked_replay(&*checker, steps, &expected.answers[i]);
                     run.count(label, checked, differing);
+                };
+                // The outsider checks after timing, so that nothing ran before its first round.
+                let outsider = method == Method::Outsider && *speed == 0.0;
+                if check_replays && !outsider {
+                    check(&mut run);
                 }
-                let (ops_per_s, h) = timed_replay(&*subject, steps, *speed);
+                let (ops_per_s, h) = if outsider {
+                    subject.replay_native(steps)
+                } else {
+                    timed_replay(&*subject, steps, *speed)
+                };
                 run.values.insert(format!("{label} ops/s"), ops_per_s);
                 insert_latencies(&mut run, label, &h);
+                if check_replays && outsider {
+                    check(&mut run);
+                }
             }
         }
     }

@@ -42,6 +42,8 @@ pub struct CompareConfig {
     pub fleet_duplicate: usize,
     /// Hybrid preset: the least time from one query to the next.
     pub query_gap: std::time::Duration,
+    /// How unpaced trace replays are driven, timed and checked.
+    pub method: subject::Method,
     /// Where `compare.md`, `compare.json` and the figures go (none: print only).
     pub out: Option<PathBuf>,
 }
@@ -146,12 +148,20 @@ pub fn compare(
             .iter()
             .map(|s| (s.name.to_string(), s.ours, Vec::new()))
             .collect();
-        let rounds = cfg.rounds.max(preset.min_rounds).max(1);
+        let rounds = match cfg.method {
+            subject::Method::Compare => cfg.rounds.max(preset.min_rounds).max(1),
+            subject::Method::Outsider => cfg.rounds.max(1),
+        };
         for round in 0..rounds {
+            let check = match cfg.method {
+                subject::Method::Compare => round == 0,
+                subject::Method::Outsider => round + 1 == rounds,
+            };
             for i in order::of_round(round, subjects.len()) {
                 let (s, (_, _, of_subject)) = (&subjects[i], &mut runs[i]);
                 eprintln!("{name}: round {} of {rounds}, {}", round + 1, s.name);
-                of_subject.push(measure::run(s, &preset, &expected, cfg.threads, round == 0));
+                let run = measure::run(s, &preset, &expected, cfg.threads, check, cfg.method);
+                of_subject.push(run);
             }
         }
         let outcome = Outcome {

@@ -2,7 +2,7 @@
 
 use super::measure::Run;
 use super::presets::DEPTHS;
-use super::subject::BASELINE;
+use super::subject::{BASELINE, Method};
 use super::{CompareConfig, Outcome};
 use crate::report::median;
 use plotters::prelude::*;
@@ -72,8 +72,18 @@ fn today() -> String {
 /// One preset's Markdown: what it is, the table, the ratio rows.
 pub fn table(o: &Outcome, cfg: &CompareConfig) -> String {
     let p = &o.preset;
+    let unpaced_replay = p
+        .phases
+        .iter()
+        .any(|ph| matches!(ph, super::presets::Phase::Replay { speed, .. } if *speed == 0.0));
+    let method = match cfg.method {
+        Method::Outsider if unpaced_replay => {
+            " The outsider's method: every step converted to the index's own types before the clock starts, events handed over owned, queries asked straight from the converted trace, answers checked after the timed rounds."
+        }
+        _ => "",
+    };
     let mut md = format!(
-        "### {}\n\n{}\n\n{} interleaved rounds, medians; {} writer threads per index, one query thread; {}; load average {} before, {} after.\n\n",
+        "### {}\n\n{}{method}\n\n{} interleaved rounds, medians; {} writer threads per index, one query thread; {}; load average {} before, {} after.\n\n",
         p.name,
         p.about,
         o.rounds,
@@ -134,8 +144,12 @@ pub fn table(o: &Outcome, cfg: &CompareConfig) -> String {
 /// Writes `compare.md`, `compare.json` and the figures into `dir`.
 pub fn write(outcomes: &[Outcome], cfg: &CompareConfig, dir: &Path) -> Result<(), String> {
     std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-    let mut md = String::from(
-        "# flash-indexer against Dynamo's indexes\n\nWritten by `cargo run --release -p flashbench --features dynamo -- compare`. Queries are timed one by one in the index's own call; write phases run until the last event is applied.\n\n",
+    let (stem, command) = match cfg.method {
+        Method::Compare => ("compare", "compare"),
+        Method::Outsider => ("outsider", "compare --method outsider"),
+    };
+    let mut md = format!(
+        "# flash-indexer against Dynamo's indexes\n\nWritten by `cargo run --release -p flashbench --features dynamo -- {command}`. Queries are timed one by one in the index's own call; write phases run until the last event is applied.\n\n",
     );
     let mut json = serde_json::Map::new();
     for o in outcomes {
@@ -166,19 +180,23 @@ pub fn write(outcomes: &[Outcome], cfg: &CompareConfig, dir: &Path) -> Result<()
             of_preset.insert(name.clone(), cells.into());
         }
         json.insert(o.preset.name.into(), of_preset.into());
-        scatter(o, dir)?;
-        if o.preset.name == "depth" {
-            depth_figure(o, dir)?;
+        // The figures are the run of record's: the outsider's method writes its tables only.
+        if cfg.method == Method::Compare {
+            scatter(o, dir)?;
+            if o.preset.name == "depth" {
+                depth_figure(o, dir)?;
+            }
         }
     }
-    std::fs::write(dir.join("compare.md"), md).map_err(|e| format!("writing compare.md: {e}"))?;
-    let json = serde_json::to_string_pretty(&json).map_err(|e| e.to_string())?;
-    std::fs::write(dir.join("compare.json"), json)
-        .map_err(|e| format!("writing compare.json: {e}"))?;
-    eprintln!(
-        "wrote {}/compare.md, compare.json and the figures",
-        dir.display()
+    let (md_path, json_path) = (
+        dir.join(format!("{stem}.md")),
+        dir.join(format!("{stem}.json")),
     );
+    std::fs::write(&md_path, md).map_err(|e| format!("writing {}: {e}", md_path.display()))?;
+    let json = serde_json::to_string_pretty(&json).map_err(|e| e.to_string())?;
+    std::fs::write(&json_path, json)
+        .map_err(|e| format!("writing {}: {e}", json_path.display()))?;
+    eprintln!("wrote {} and {}", md_path.display(), json_path.display());
     Ok(())
 }
 

@@ -5,9 +5,11 @@
 //! [`Subject::barrier`] returns only once every submitted event has been applied, so that a timed
 //! write phase includes the last apply, not just the last enqueue.
 
+use super::presets::Step;
 use flash_indexer::pool::{PoolConfig, WriterPool};
 use flash_indexer::testing::IndexFactory;
 use flash_indexer::{Event, KvIndex, LocalHash, Worker};
+use hdrhistogram::Histogram;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -25,6 +27,62 @@ pub trait Subject {
     fn query(&self, query: &[LocalHash]) -> (u64, Scores);
     /// Events the index refused so far, where it reports them (ours do; Dynamo's only log).
     fn rejected(&self) -> Option<u64>;
+    /// The outsider's replay (see [`Method::Outsider`]): every step converted to the index's own
+    /// types before the clock starts, then submitted or asked in order, as fast as the index
+    /// goes; ops/s up to the final barrier, and each query's latency in nanoseconds.
+    fn replay_native(&self, steps: &[(u64, Step)]) -> (f64, Histogram<u64>);
+}
+
+/// How an unpaced replay is driven and timed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Method {
+    /// Each step converted as it is replayed: events copied into the index's writer queues,
+    /// each query a fresh copy (untimed); every subject's first round preceded by a checked
+    /// replay; at least the preset's rounds.
+    Compare,
+    /// As an outsider drives the indexes: every step converted up front, events handed over
+    /// owned, queries asked straight from the converted trace, no checked replay before a timed
+    /// one, exactly `--rounds`.
+    Outsider,
+}
+
+/// A step in an index's own types.
+pub enum NativeStep<E, Q> {
+    Event(E),
+    Query(Q),
+}
+
+/// Converts `steps` up front with `event` and `query`, then replays them: `submit` each event,
+/// `ask` each query (timed), `barrier` at the end (on the clock).
+pub fn native_replay<E, Q, A>(
+    steps: &[(u64, Step)],
+    event: impl Fn(&Event) -> E,
+    query: impl Fn(&[LocalHash]) -> Q,
+    mut submit: impl FnMut(E),
+    mut ask: impl FnMut(&Q) -> A,
+    barrier: impl FnOnce(),
+) -> (f64, Histogram<u64>) {
+    let native: Vec<NativeStep<E, Q>> = steps
+        .iter()
+        .map(|(_, step)| match step {
+            Step::Event(e) => NativeStep::Event(event(e)),
+            Step::Query(q) => NativeStep::Query(query(q)),
+        })
+        .collect();
+    let mut h = super::measure::latency_histogram();
+    let start = Instant::now();
+    for step in native {
+        match step {
+            NativeStep::Event(e) => submit(e),
+            NativeStep::Query(q) => {
+                let t0 = Instant::now();
+                std::hint::black_box(ask(&q));
+                h.saturating_record((t0.elapsed().as_nanos() as u64).max(1));
+            }
+        }
+    }
+    barrier();
+    (steps.len() as f64 / start.elapsed().as_secs_f64(), h)
 }
 
 /// How to build a fresh subject.
@@ -69,6 +127,21 @@ impl Subject for Ours {
 
     fn rejected(&self) -> Option<u64> {
         Some(self.pool.stats().rejected())
+    }
+
+    fn replay_native(&self, steps: &[(u64, Step)]) -> (f64, Histogram<u64>) {
+        native_replay(
+            steps,
+            Event::clone,
+            <[LocalHash]>::to_vec,
+            |e| {
+                self.pool
+                    .submit(e)
+                    .expect("the writer threads outlive the comparison")
+            },
+            |q| self.pool.find_matches(q),
+            || self.pool.flush(),
+        )
     }
 }
 
