@@ -353,6 +353,13 @@ mod tests {
         }
     }
 
+    #[test]
+    fn the_outsiders_replay_drives_every_dynamo_subject() {
+        for factory in subjects() {
+            crate::compare::subject::tests::check_native_replay(&*(factory.make)(2));
+        }
+    }
+
     /// Dynamo's `PositionalIndexer` recomputes seq hashes with its own hasher, so engine hashes
     /// it cannot recompute (vLLM's SHA-256, SGLang's) break it; every layout of ours takes them.
     #[test]

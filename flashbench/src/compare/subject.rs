@@ -167,3 +167,44 @@ pub fn ours() -> Vec<SubjectFactory> {
         })
         .collect()
 }
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use flash_indexer::{Block, SeqHash};
+
+    /// A chain of 8 blocks stored, queried after each store, then half of it removed.
+    pub(crate) fn small_replay() -> (Vec<(u64, Step)>, Vec<LocalHash>) {
+        let w = Worker::new(3, 0);
+        let locals: Vec<LocalHash> = (0..8).map(|i| LocalHash(500 + i)).collect();
+        let seqs = flash_indexer::hash::seq_hashes(&locals);
+        let block = |i: usize| Block::new(locals[i], seqs[i]);
+        let mut steps = Vec::new();
+        for i in 0..8usize {
+            let parent = i.checked_sub(1).map(|p| seqs[p]);
+            let event = Event::stored(w, i as u64, parent, vec![block(i)]);
+            steps.push((i as u64, Step::Event(event)));
+            steps.push((i as u64, Step::Query(locals.clone())));
+        }
+        let tail: Vec<SeqHash> = seqs[4..].iter().rev().copied().collect();
+        steps.push((8, Step::Event(Event::removed(w, 8, tail))));
+        (steps, locals)
+    }
+
+    /// The outsider's replay times every query, applies every event before it returns, and
+    /// counts every step.
+    pub(crate) fn check_native_replay(subject: &dyn Subject) {
+        let (steps, locals) = small_replay();
+        let (ops_per_s, h) = subject.replay_native(&steps);
+        assert!(ops_per_s > 0.0);
+        assert_eq!(h.len(), 8, "one latency per query");
+        assert_eq!(subject.query(&locals).1, vec![(Worker::new(3, 0), 4)]);
+    }
+
+    #[test]
+    fn the_outsiders_replay_applies_every_event_and_times_every_query() {
+        for factory in ours() {
+            check_native_replay(&*(factory.make)(2));
+        }
+    }
+}
