@@ -201,7 +201,7 @@ impl<I: KvIndex + ?Sized + 'static> WriterPool<I> {
     /// it, and freed here, on the caller's thread, while it is still in cache. Handed to a writer
     /// instead, and given back to be freed in bulk at a later submit, it left the slowest
     /// thousandth of the submitting thread's queries on the trace replay up to three times
-    /// slower (paper, section 6.23).
+    /// slower (paper, section 6.24).
     pub fn submit(&self, event: Event) -> Result<(), SubmitError> {
         let queued = self
             .queue(event.worker.id)
