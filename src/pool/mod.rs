@@ -198,10 +198,9 @@ impl<I: KvIndex + ?Sized + 'static> WriterPool<I> {
     /// Queues `event`, waiting while its worker's queue is full.
     ///
     /// The event is copied into the pool's buffers, as [`submit_copy`](Self::submit_copy) copies
-    /// it, and freed here, on the caller's thread, while it is still in cache. Handed to a writer
-    /// instead, and given back to be freed in bulk at a later submit, it left the slowest
-    /// thousandth of the submitting thread's queries on the trace replay up to three times
-    /// slower (paper, section 6.24).
+    /// it, and freed here, on the caller's thread, while it is still in cache, rather than
+    /// travelling to a writer and back to be freed in bulk at a later submit (paper, section
+    /// 6.24, has what that changed on the trace replay).
     pub fn submit(&self, event: Event) -> Result<(), SubmitError> {
         let queued = self
             .queue(event.worker.id)
