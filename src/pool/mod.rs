@@ -202,14 +202,10 @@ impl<I: KvIndex + ?Sized + 'static> WriterPool<I> {
     /// travelling to a writer and back to be freed in bulk at a later submit (paper, section
     /// 6.24, has what that changed on the trace replay).
     pub fn submit(&self, event: Event) -> Result<(), SubmitError> {
-        let queued = self
-            .queue(event.worker.id)
-            .send_with(|batch: &mut Batch| batch.copy(EventView::from(&event)))
-            .is_ok();
-        if queued {
-            Ok(())
-        } else {
-            Err(SubmitError::Closed(event))
+        match self.submit_copy(&event) {
+            Ok(()) => Ok(()),
+            // The caller gets its own event back, not the copy the refusal made.
+            Err(_) => Err(SubmitError::Closed(event)),
         }
     }
 

@@ -171,7 +171,7 @@ pub fn run(
                     run.count(label, checked, differing);
                 };
                 // The outsider checks after timing, so that nothing ran before its first round.
-                let outsider = method == Method::Outsider && *speed == 0.0;
+                let outsider = method.outsider_replay(*speed);
                 if check_replays && !outsider {
                     check(&mut run);
                 }

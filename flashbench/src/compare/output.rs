@@ -72,15 +72,14 @@ fn today() -> String {
 /// One preset's Markdown: what it is, the table, the ratio rows.
 pub fn table(o: &Outcome, cfg: &CompareConfig) -> String {
     let p = &o.preset;
-    let unpaced_replay = p
-        .phases
-        .iter()
-        .any(|ph| matches!(ph, super::presets::Phase::Replay { speed, .. } if *speed == 0.0));
-    let method = match cfg.method {
-        Method::Outsider if unpaced_replay => {
+    let outsider = p.phases.iter().any(|ph| {
+        matches!(ph, super::presets::Phase::Replay { speed, .. } if cfg.method.outsider_replay(*speed))
+    });
+    let method = match outsider {
+        true => {
             " The outsider's method: every step converted to the index's own types before the clock starts, events handed over owned, queries asked straight from the converted trace, answers checked after the timed rounds."
         }
-        _ => "",
+        false => "",
     };
     let mut md = format!(
         "### {}\n\n{}{method}\n\n{} interleaved rounds, medians; {} writer threads per index, one query thread; {}; load average {} before, {} after.\n\n",

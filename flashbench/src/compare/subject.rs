@@ -46,8 +46,16 @@ pub enum Method {
     Outsider,
 }
 
+impl Method {
+    /// Whether a replay paced at `speed` (0: as fast as possible) runs the outsider's way:
+    /// only unpaced replays do; paced ones run as [`Method::Compare`] runs them.
+    pub fn outsider_replay(self, speed: f64) -> bool {
+        self == Method::Outsider && speed == 0.0
+    }
+}
+
 /// A step in an index's own types.
-pub enum NativeStep<E, Q> {
+enum NativeStep<E, Q> {
     Event(E),
     Query(Q),
 }
