@@ -166,3 +166,38 @@ fn a_request_longer_than_the_capacity_is_predicted_as_far_as_it_fits() {
         assert_eq!(index.find_matches(&chain(20, 2)).get(w), Some(2), "{name}");
     }
 }
+
+#[test]
+fn a_removed_workers_requests_release_nothing_of_its_next_life() {
+    for (name, index) in subjects(Retention::lru(1)) {
+        let w = Worker::new(0, 1);
+        let old = index.record_routing(w, &chain(1, 1), secs(0));
+        index.remove_worker_dp_rank(w);
+        // The worker comes back; its new request pins the only block it has room for.
+        index.record_routing(w, &chain(2, 1), secs(1));
+        index.release(old, secs(2)).unwrap();
+        // Still pinned: a third request finds no room and predicts nothing.
+        index.record_routing(w, &chain(3, 1), secs(3));
+        assert_eq!(index.find_matches(&chain(2, 1)).get(w), Some(1), "{name}");
+        assert!(index.find_matches(&chain(3, 1)).is_empty(), "{name}");
+    }
+}
+
+#[test]
+fn a_chain_split_where_another_ends_keeps_each_blocks_recency() {
+    // Capacity 6: a chain of 6, then its first 2 again, then 2 new blocks evict the older
+    // chain's tail (its last 2 blocks, untouched since), not the prefix touched since.
+    for (name, index) in subjects(Retention::ttl(secs(60)).with_capacity(6)) {
+        let w = Worker::new(1, 0);
+        index.record_routing(w, &chain(1, 6), secs(0));
+        index.record_routing(w, &chain(1, 2), secs(1));
+        index.record_routing(w, &chain(50, 2), secs(2));
+        assert_eq!(index.find_matches(&chain(1, 6)).get(w), Some(4), "{name}");
+        // Expiry follows the same split: the prefix lives a second longer than the rest.
+        index.expire(secs(60));
+        assert_eq!(index.find_matches(&chain(1, 6)).get(w), Some(2), "{name}");
+        index.expire(secs(61));
+        assert!(index.find_matches(&chain(1, 6)).is_empty(), "{name}");
+        assert_eq!(index.find_matches(&chain(50, 2)).get(w), Some(2), "{name}");
+    }
+}

@@ -57,14 +57,15 @@ mod predictions;
 #[cfg(feature = "redis")]
 mod redis_log;
 mod retention;
+mod routed;
 mod share;
 
 pub use log::{DecisionLog, LogError, LogPosition, MemoryLog};
 pub use naive::NaiveApproximateIndexer;
-pub use predictions::{ForeignRouted, Routed};
 #[cfg(feature = "redis")]
 pub use redis_log::RedisLog;
 pub use retention::Retention;
+pub use routed::{ForeignRouted, Routed};
 pub use share::{DEFAULT_PIN_LEASE, ShareStats, SharedApproximateIndexer};
 
 use crate::error::EventError;

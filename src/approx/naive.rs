@@ -1,7 +1,7 @@
 //! [`NaiveApproximateIndexer`]: approximate mode's semantics written as plainly as possible.
 
-use super::predictions::{ForeignRouted, Routed, index_tag};
 use super::retention::Retention;
+use super::routed::{ForeignRouted, Routed, index_tag};
 use crate::error::EventError;
 use crate::hash;
 use crate::index::KvIndex;

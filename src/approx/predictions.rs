@@ -1,202 +1,319 @@
 //! The predicted caches: which blocks each worker is believed to hold, and the events that keep
 //! the index in step with that belief. Pure bookkeeping; nothing here touches an index.
 //!
-//! Invariants (what makes every eviction a leaf, so the index's chains stay whole):
-//! - every touch of a block touches its whole prefix in the same call, and gives the prefix
-//!   newer ticks than the block (ticks are handed out tail first), so a parent's tick is always
-//!   newer than its children's;
-//! - a pinned block's prefix is pinned too (a request pins its whole chain);
-//! - so the least recently touched unpinned block, the one evicted or expired first, has no
-//!   predicted children, and each worker's predicted blocks are closed under prefixes.
+//! The semantics are per block (the naive model states them): a routed chain of `n` blocks
+//! takes the ticks `base .. base + n`, tail first, and touch time `now`; a capacity evicts the
+//! unpinned block with the oldest tick; a time to live expires unpinned blocks touched too long
+//! ago; a running request pins its chain. Kept block by block, a decision whose chain the
+//! worker mostly holds already (a conversation's next turn) pays for every block again. So each
+//! worker's blocks are kept as a compressed trie of the routed chains, split wherever a chain
+//! ends, and a decision touches *nodes*: each node on its path records it as the latest
+//! decision through the node. That determines every block's state:
+//!
+//! - every chain through a block of a node goes through all of the node's blocks (chains end at
+//!   node boundaries), so the block at position `p` of a node whose latest decision is
+//!   `(base, n)` has tick `base + n - 1 - p`, that decision's time, and the node's pins;
+//! - a parent's latest decision is at least as new as its children's, and pins cover a chain's
+//!   whole prefix, so the oldest unpinned block is the last block of the unpinned leaf with the
+//!   oldest latest decision (a lazy heap of leaves finds it), and a node expires after its
+//!   subtree;
+//! - each decision has one expiry entry, due at its time plus the time to live; while it is
+//!   still the latest decision of some node, [`Trie::owners`] names the deepest such node, which
+//!   is where its expiry starts.
+//!
+//! A decision then costs a walk of its chain's locals down the trie (contiguous comparisons
+//! along each node's blocks), one step per node on the path, and the work of its new blocks.
+//! How it was measured against the per-block bookkeeping it replaced: paper, section 6.25.
 
 use super::retention::Retention;
+use super::routed::{ForeignRouted, Routed, index_tag};
 use crate::hash;
 use crate::types::{Block, Event, LocalHash, SeqHash, Worker};
-use core::fmt;
 use core::time::Duration;
 use foldhash::fast::RandomState;
-use std::collections::hash_map::Entry;
-use std::collections::{HashMap, HashSet, VecDeque};
-use std::hash::BuildHasher;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, HashSet, VecDeque};
 
-/// A routed request, as [`ApproximateIndexer::record_routing`](super::ApproximateIndexer::record_routing)
-/// returns it: pass it to [`release`](super::ApproximateIndexer::release) of the same index when
-/// the request finishes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct Routed {
-    worker: Worker,
-    /// The index that routed it ([`index_tag`]).
-    index: u64,
-    id: u64,
-}
+/// The root of every trie: no blocks, never removed.
+const ROOT: u32 = 0;
 
-impl Routed {
-    pub(crate) fn new(worker: Worker, index: u64, id: u64) -> Self {
-        Self { worker, index, id }
-    }
-
-    /// The request's number in the index that routed it, if that index is `index`.
-    pub(crate) fn id_in(&self, index: u64) -> Result<u64, ForeignRouted> {
-        (self.index == index)
-            .then_some(self.id)
-            .ok_or(ForeignRouted)
-    }
-
-    /// The request's number in the index that routed it (what a shared decision names).
-    pub(crate) fn number(&self) -> u64 {
-        self.id
-    }
-
-    /// The worker the request was routed to.
-    pub fn worker(&self) -> Worker {
-        self.worker
-    }
-}
-
-/// A [`Routed`] handed to another index's `release` than the one that routed it: refused, so
-/// that it cannot unpin that index's own request of the same number.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ForeignRouted;
-
-impl fmt::Display for ForeignRouted {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("this request was routed by another approximate index")
-    }
-}
-
-impl std::error::Error for ForeignRouted {}
-
-/// A tag for a new index's [`Routed`]s: random, so that no two indexes share one (but with
-/// probability 2^-64).
-pub(crate) fn index_tag() -> u64 {
-    std::hash::RandomState::new().hash_one(0u8)
-}
-
-/// One predicted block of one worker.
-#[derive(Debug)]
-struct Predicted {
-    /// Its place in the LRU order: newer is larger; unique across workers.
-    tick: u64,
-    /// When it was last touched.
+/// The latest decision that went through a node.
+#[derive(Clone, Copy, Debug)]
+struct Touch {
+    /// Its first tick (its chain's last block has it).
+    base: u64,
+    /// Its chain's length in blocks.
+    len: u32,
     at: Duration,
-    /// Running requests that hold it.
-    pins: u32,
 }
 
-#[derive(Debug, Default)]
-struct WorkerCache {
-    blocks: HashMap<SeqHash, Predicted, RandomState>,
-    /// Unpinned blocks by tick, oldest first: the front is evicted first. Lazy: an entry is
-    /// current while its block still has that tick and no pins ([`current`]); a touch lists
-    /// the block again at the back instead of moving it, and stale entries are skipped, and
-    /// dropped once they outnumber the blocks.
-    lru: VecDeque<(u64, SeqHash)>,
-    /// The running requests that pinned blocks here.
+#[derive(Debug)]
+struct Node {
+    parent: u32,
+    /// Position of the first block.
+    start: u32,
+    blocks: Vec<Block>,
+    children: Vec<u32>,
+    latest: Touch,
+    /// Running requests whose chains go through the node (a pinned node is never evicted nor
+    /// expired).
+    pins: u32,
+    /// Tells a reused slot from the node an old heap entry named.
+    serial: u64,
+}
+
+impl Node {
+    /// The tick of the node's last block.
+    fn last_tick(&self) -> u64 {
+        let last = u64::from(self.start) + self.blocks.len() as u64 - 1;
+        self.latest.base + u64::from(self.latest.len) - 1 - last
+    }
+}
+
+/// One worker's predicted blocks.
+#[derive(Debug)]
+struct Trie {
+    nodes: Vec<Node>,
+    free: Vec<u32>,
+    blocks: usize,
+    /// Leaves by the tick of their last block, oldest first (lazy: an entry is current while
+    /// its node has that serial, no children and that tick).
+    leaves: BinaryHeap<Reverse<(u64, u32, u64)>>,
+    /// Per decision still the latest of some node, the deepest such node.
+    owners: HashMap<u64, u32, RandomState>,
+    /// The worker's running requests (pinning their chains).
     running: HashSet<u64, RandomState>,
 }
 
-/// Whether a lazy order's entry `(tick, seq)` still stands for an unpinned block of `blocks`.
-fn current(blocks: &HashMap<SeqHash, Predicted, RandomState>, tick: u64, seq: SeqHash) -> bool {
-    blocks
-        .get(&seq)
-        .is_some_and(|b| b.tick == tick && b.pins == 0)
+impl Trie {
+    fn new(serial: &mut u64) -> Self {
+        *serial += 1;
+        Trie {
+            nodes: vec![Node {
+                parent: ROOT,
+                start: 0,
+                blocks: Vec::new(),
+                children: Vec::new(),
+                latest: Touch {
+                    base: 0,
+                    len: 0,
+                    at: Duration::ZERO,
+                },
+                pins: 0,
+                serial: *serial,
+            }],
+            free: Vec::new(),
+            blocks: 0,
+            leaves: BinaryHeap::new(),
+            owners: HashMap::default(),
+            running: HashSet::default(),
+        }
+    }
+
+    fn add(&mut self, node: Node) -> u32 {
+        match self.free.pop() {
+            Some(at) => {
+                self.nodes[at as usize] = node;
+                at
+            }
+            None => {
+                self.nodes.push(node);
+                (self.nodes.len() - 1) as u32
+            }
+        }
+    }
+
+    fn node(&self, at: u32) -> &Node {
+        &self.nodes[at as usize]
+    }
+
+    fn node_mut(&mut self, at: u32) -> &mut Node {
+        &mut self.nodes[at as usize]
+    }
+
+    /// The child of `at` whose first block has local `local`.
+    fn child(&self, at: u32, local: LocalHash) -> Option<u32> {
+        (self.node(at).children.iter())
+            .copied()
+            .find(|&c| self.node(c).blocks[0].local == local)
+    }
+
+    /// Splits `at` after its first `keep` blocks: a new node takes them, between `at` and its
+    /// parent, so that `at` keeps its identity (its owners and heap entries stay current).
+    fn split(&mut self, at: u32, keep: usize, serial: &mut u64) -> u32 {
+        let node = self.node_mut(at);
+        let tail = node.blocks.split_off(keep);
+        let head_blocks = core::mem::replace(&mut node.blocks, tail);
+        let (parent, start, latest) = (node.parent, node.start, node.latest);
+        node.start += keep as u32;
+        *serial += 1;
+        let head = self.add(Node {
+            parent,
+            start,
+            blocks: head_blocks,
+            children: vec![at],
+            latest,
+            pins: self.node(at).pins,
+            serial: *serial,
+        });
+        self.node_mut(at).parent = head;
+        let siblings = &mut self.node_mut(parent).children;
+        let slot = siblings.iter().position(|&c| c == at).expect("a child");
+        siblings[slot] = head;
+        head
+    }
+
+    /// Lists leaf `at` in the heap, if it is an unpinned one.
+    fn list_leaf(&mut self, at: u32) {
+        let node = self.node(at);
+        if at != ROOT && node.children.is_empty() && node.pins == 0 {
+            let entry = (node.last_tick(), at, node.serial);
+            self.leaves.push(Reverse(entry));
+        }
+    }
+
+    /// Whether a heap entry is current: node `at` is still the one of serial `serial`, an
+    /// unpinned leaf, and its last block has tick `tick`.
+    fn is_leaf_at(&self, at: u32, serial: u64, tick: u64) -> bool {
+        let node = self.node(at);
+        node.serial == serial
+            && node.children.is_empty()
+            && node.pins == 0
+            && !node.blocks.is_empty()
+            && node.last_tick() == tick
+    }
+
+    /// The oldest leaf, as `(tick, node)`, stale heap entries dropped on the way.
+    fn oldest(&mut self) -> Option<(u64, u32)> {
+        while let Some(&Reverse((tick, at, serial))) = self.leaves.peek() {
+            if self.is_leaf_at(at, serial, tick) {
+                return Some((tick, at));
+            }
+            self.leaves.pop();
+        }
+        None
+    }
+
+    /// Unlinks and frees `at` (no children, no blocks left to report).
+    fn drop_node(&mut self, at: u32) -> u32 {
+        let parent = self.node(at).parent;
+        let base = self.node(at).latest.base;
+        let siblings = &mut self.node_mut(parent).children;
+        if let Some(slot) = siblings.iter().position(|&c| c == at) {
+            siblings.swap_remove(slot);
+        }
+        // The decision it ended now ends at its parent, if it went through it.
+        if self.owners.get(&base) == Some(&at) {
+            if parent != ROOT && self.node(parent).latest.base == base {
+                self.owners.insert(base, parent);
+            } else {
+                self.owners.remove(&base);
+            }
+        }
+        let node = self.node_mut(at);
+        node.blocks = Vec::new();
+        node.children = Vec::new();
+        // No heap entry names serial 0 (serials start at 1).
+        node.serial = 0;
+        self.free.push(at);
+        parent
+    }
+
+    /// Evicts up to `count` blocks, least recently touched first, of those with a tick below
+    /// `below`, into `out`; returns how many.
+    ///
+    /// The oldest leaf's blocks all come from its latest decision's range of ticks, which no
+    /// other leaf's tick is in: they go one after the other with no other leaf's in between.
+    fn evict(&mut self, count: usize, below: u64, out: &mut Vec<SeqHash>) -> usize {
+        let mut done = 0;
+        while done < count {
+            let Some((tick, at)) = self.oldest() else {
+                break;
+            };
+            if tick >= below {
+                break;
+            }
+            self.leaves.pop();
+            let node = self.node_mut(at);
+            let take = (count - done).min(node.blocks.len());
+            let keep = node.blocks.len() - take;
+            out.extend(node.blocks.drain(keep..).rev().map(|b| b.seq));
+            self.blocks -= take;
+            done += take;
+            if keep == 0 {
+                let parent = self.drop_node(at);
+                self.list_leaf(parent);
+            } else {
+                self.list_leaf(at);
+            }
+        }
+        done
+    }
+
+    /// Makes `touch` the latest decision of `at`; the decision it replaces no longer ends here.
+    fn touch(&mut self, at: u32, touch: Touch) {
+        let old = core::mem::replace(&mut self.node_mut(at).latest, touch);
+        if self.owners.get(&old.base) == Some(&at) {
+            self.owners.remove(&old.base);
+        }
+    }
+
+    /// Drops stale heap entries once they outnumber the nodes.
+    fn compact(&mut self) {
+        let live = self.nodes.len() - self.free.len();
+        if self.leaves.len() > 2 * live + 64 {
+            let mut leaves = core::mem::take(&mut self.leaves).into_vec();
+            leaves.retain(|&Reverse((tick, at, serial))| self.is_leaf_at(at, serial, tick));
+            self.leaves = leaves.into();
+        }
+    }
 }
 
-/// The chain a running request pinned.
+/// A decision's expiry entry: its time, its first tick, its worker.
+type Due = (Duration, u64, Worker);
+
+/// A running request: where its chain ends, and how many blocks it has.
 #[derive(Debug)]
 struct Running {
     worker: Worker,
-    seqs: Vec<SeqHash>,
+    end: u32,
+    len: u32,
 }
 
 #[derive(Debug)]
 pub(crate) struct Predictions {
     retention: Retention,
+    ttl: Option<Duration>,
     now: Duration,
     tick: u64,
-    /// Tags this index's [`Routed`]s.
+    serial: u64,
     tag: u64,
     next_request: u64,
-    /// Predicted workers with at least one predicted block or running request.
-    workers: HashMap<Worker, WorkerCache, RandomState>,
+    workers: HashMap<Worker, Trie, RandomState>,
     exact: HashSet<Worker, RandomState>,
-    /// The ranks of every worker id in `workers` or `exact`, so that a worker id is forgotten
-    /// without a scan of every worker.
     ranks: HashMap<u64, Vec<u32>, RandomState>,
-    /// Unpinned blocks of every worker by tick, when blocks expire with time (ticks and touch
-    /// times grow together, so the front expires first). Lazy, as each worker's LRU order is.
-    expiry: Expiry,
-    /// Predicted blocks over every worker: what bounds the stale entries of `expiry`.
-    predicted: usize,
+    /// One entry per decision, in time order (lazy: current while its decision owns a node).
+    expiry: VecDeque<Due>,
+    /// Owned decisions over every worker: what bounds the stale entries of `expiry`.
+    owned: usize,
     running: HashMap<u64, Running, RandomState>,
-}
-
-/// Unpinned blocks of every worker by tick, for expiry (lazy).
-type Expiry = VecDeque<(u64, Worker, SeqHash)>;
-
-/// Drops the stale entries of a lazy order once it holds more than twice `live` (plus a
-/// little): each compaction follows as many pushes as it keeps entries, so its cost is spread
-/// over them.
-fn compact<T>(order: &mut VecDeque<T>, live: usize, mut current: impl FnMut(&T) -> bool) {
-    if order.len() > 2 * live + 64 {
-        order.retain(|entry| current(entry));
-        if let Some(to) = crate::room::shrunk(order.len(), order.capacity()) {
-            order.shrink_to(to);
-        }
-    }
-}
-
-impl WorkerCache {
-    /// Adds `seq` with `pins` pins, touched at `at`; `true` if it is to be listed (unpinned).
-    fn insert(&mut self, seq: SeqHash, tick: u64, at: Duration, pins: u32) -> bool {
-        self.blocks.insert(seq, Predicted { tick, at, pins });
-        pins == 0
-    }
-
-    /// Gives `seq` a new tick and touch time and its pins as `pins` says; `None` if the worker
-    /// does not hold it, else whether it is to be listed (unpinned). Its old entries in the
-    /// orders go stale by themselves.
-    fn touch(
-        &mut self,
-        seq: SeqHash,
-        tick: u64,
-        at: Duration,
-        pins: impl FnOnce(u32) -> u32,
-    ) -> Option<bool> {
-        let block = self.blocks.get_mut(&seq)?;
-        *block = Predicted {
-            tick,
-            at,
-            pins: pins(block.pins),
-        };
-        Some(block.pins == 0)
-    }
-
-    /// The least recently touched unpinned block, stale entries dropped on the way.
-    fn oldest(&mut self) -> Option<(u64, SeqHash)> {
-        while let Some(&(tick, seq)) = self.lru.front() {
-            if current(&self.blocks, tick, seq) {
-                return Some((tick, seq));
-            }
-            self.lru.pop_front();
-        }
-        None
-    }
 }
 
 impl Predictions {
     pub(crate) fn new(retention: Retention) -> Self {
         Self {
             retention,
+            ttl: retention.ttl_limit(),
             now: Duration::ZERO,
             tick: 0,
+            serial: 0,
             tag: index_tag(),
             next_request: 0,
             workers: HashMap::default(),
             exact: HashSet::default(),
             ranks: HashMap::default(),
             expiry: VecDeque::new(),
-            predicted: 0,
+            owned: 0,
             running: HashMap::default(),
         }
     }
@@ -205,43 +322,71 @@ impl Predictions {
         self.retention
     }
 
-    fn take_ticks(&mut self, n: usize) -> u64 {
-        let base = self.tick;
-        self.tick += n as u64;
-        base
-    }
-
     pub(crate) fn is_exact(&self, worker: Worker) -> bool {
         self.exact.contains(&worker)
     }
 
     pub(crate) fn predicted_blocks(&self, worker: Worker) -> usize {
-        self.workers.get(&worker).map_or(0, |c| c.blocks.len())
+        self.workers.get(&worker).map_or(0, |t| t.blocks)
+    }
+
+    /// The ranks of worker `id` that are predicted or exact.
+    pub(crate) fn ranks(&self, id: u64) -> &[u32] {
+        self.ranks.get(&id).map_or(&[], Vec::as_slice)
     }
 
     /// Moves the clock to `now` (never backwards) and expires what its time to live has passed.
     pub(crate) fn advance(&mut self, now: Duration, out: &mut Vec<Event>) {
         self.now = self.now.max(now);
-        let Some(ttl) = self.retention.ttl_limit() else {
+        let Some(ttl) = self.ttl else {
             return;
         };
-        // Expired blocks by worker, each worker's in expiry order (its leaves first).
-        let mut removed: HashMap<Worker, Vec<SeqHash>, RandomState> = HashMap::default();
-        while let Some(&(tick, worker, seq)) = self.expiry.front() {
-            // One lookup per entry: a stale one is dropped, a current one expires or ends the pass.
-            if let Some(cache) = self.workers.get_mut(&worker)
-                && let Entry::Occupied(block) = cache.blocks.entry(seq)
-                && block.get().tick == tick
-                && block.get().pins == 0
-            {
-                if block.get().at.saturating_add(ttl) > self.now {
-                    break;
-                }
-                block.remove();
-                self.predicted -= 1;
-                removed.entry(worker).or_default().push(seq);
+        let now = self.now;
+        let expired = |t: &Touch| t.at.saturating_add(ttl) <= now;
+        let mut removed: Vec<(Worker, Vec<SeqHash>)> = Vec::new();
+        let mut slot_of: HashMap<Worker, usize, RandomState> = HashMap::default();
+        while let Some(&(at, base, worker)) = self.expiry.front() {
+            if at.saturating_add(ttl) > now {
+                break;
             }
             self.expiry.pop_front();
+            let Some(trie) = self.workers.get_mut(&worker) else {
+                continue;
+            };
+            let owned_before = trie.owners.len();
+            let Some(mut node) = trie.owners.remove(&base) else {
+                continue;
+            };
+            if trie.node(node).pins > 0 {
+                // A running request's chain expires only once released, which touches it.
+                self.owned -= 1;
+                continue;
+            }
+            // Deeper decisions are older and expired first (or are pinned, and so is this).
+            debug_assert!(trie.node(node).children.is_empty());
+            let slot = *slot_of.entry(worker).or_insert_with(|| {
+                removed.push((worker, Vec::new()));
+                removed.len() - 1
+            });
+            let seqs = &mut removed[slot].1;
+            loop {
+                let n = trie.node(node);
+                seqs.extend(n.blocks.iter().rev().map(|b| b.seq));
+                trie.blocks -= n.blocks.len();
+                let parent = trie.drop_node(node);
+                let p = trie.node(parent);
+                if parent == ROOT || !p.children.is_empty() || p.pins > 0 || !expired(&p.latest) {
+                    trie.list_leaf(parent);
+                    break;
+                }
+                // The parent's own decision (if it owns it) goes with it.
+                let base = p.latest.base;
+                if trie.owners.get(&base) == Some(&parent) {
+                    trie.owners.remove(&base);
+                }
+                node = parent;
+            }
+            self.owned -= owned_before - trie.owners.len();
         }
         for (worker, seqs) in removed {
             self.drop_if_empty(worker);
@@ -249,43 +394,29 @@ impl Predictions {
         }
     }
 
-    /// Lists `listed` (this call's unpinned blocks of `worker`, newest first) at the back of
-    /// the lazy orders, oldest first, and drops stale entries where they pile up.
-    fn list(&mut self, worker: Worker, listed: &[(u64, SeqHash)]) {
-        let keep_expiry = self.retention.ttl_limit().is_some();
-        let Some(cache) = self.workers.get_mut(&worker) else {
-            return;
-        };
-        for &(tick, seq) in listed.iter().rev() {
-            cache.lru.push_back((tick, seq));
-            if keep_expiry {
-                self.expiry.push_back((tick, worker, seq));
-            }
-        }
-        let blocks = &cache.blocks;
-        compact(&mut cache.lru, blocks.len(), |&(t, s)| {
-            current(blocks, t, s)
-        });
-        let workers = &self.workers;
-        compact(&mut self.expiry, self.predicted, |&(t, w, s)| {
-            workers.get(&w).is_some_and(|c| current(&c.blocks, t, s))
-        });
-    }
-
-    /// Forgets `worker`'s cache once it predicts nothing and pins nothing, so that workers that
-    /// come and go leave nothing behind.
+    /// Forgets `worker`'s trie once it predicts nothing.
     fn drop_if_empty(&mut self, worker: Worker) {
-        if let Some(cache) = self.workers.get(&worker)
-            && cache.blocks.is_empty()
-            && cache.running.is_empty()
-        {
-            self.workers.remove(&worker);
-            shrink(&mut self.workers);
+        if self.workers.get(&worker).is_some_and(|t| t.blocks == 0) {
+            self.drop_trie(worker);
             self.unregister_if_gone(worker);
         }
     }
 
-    /// Forgets `worker`'s rank in [`Predictions::ranks`] if it is neither predicted nor exact.
+    fn drop_trie(&mut self, worker: Worker) -> bool {
+        let Some(trie) = self.workers.remove(&worker) else {
+            return false;
+        };
+        shrink(&mut self.workers);
+        for id in &trie.running {
+            self.running.remove(id);
+        }
+        shrink(&mut self.running);
+        // Its expiry entries go stale by themselves (their worker has no trie, or a new one
+        // whose decisions have other ticks).
+        self.owned -= trie.owners.len();
+        trie.blocks > 0
+    }
+
     fn unregister_if_gone(&mut self, worker: Worker) {
         if self.workers.contains_key(&worker) || self.exact.contains(&worker) {
             return;
@@ -315,86 +446,133 @@ impl Predictions {
         if locals.is_empty() || self.exact.contains(&worker) {
             return routed;
         }
-        let seqs = hash::seq_hashes(locals);
-        let n = seqs.len();
-        let base = self.take_ticks(n);
-        let tick_of = |i: usize| base + (n - 1 - i) as u64;
-        let (pin, capacity, now) = (
-            self.retention.pins_running(),
-            self.retention.capacity_blocks(),
-            self.now,
-        );
-        let ranks = &mut self.ranks;
-        let cache = self.workers.entry(worker).or_insert_with(|| {
+        let n = locals.len();
+        let touch = Touch {
+            base: self.tick,
+            len: n as u32,
+            at: self.now,
+        };
+        self.tick += n as u64;
+        let capacity = self.retention.capacity_blocks();
+        let (ranks, serial) = (&mut self.ranks, &mut self.serial);
+        let trie = self.workers.entry(worker).or_insert_with(|| {
             register(ranks, worker);
-            WorkerCache::default()
+            Trie::new(serial)
         });
+        let owned_before = trie.owners.len();
 
-        // This call's unpinned blocks, to list once it is done (newest first, as ticks go).
-        let mut listed = Vec::new();
-        let mut held = 0;
+        // The held prefix: down the trie, each node on the way touched by this decision.
+        let (mut at, mut held) = (ROOT, 0);
         while held < n {
-            let tick = tick_of(held);
-            match cache.touch(seqs[held], tick, now, |p| p + u32::from(pin)) {
-                Some(unpinned) => {
-                    if unpinned {
-                        listed.push((tick, seqs[held]));
-                    }
-                    held += 1;
-                }
-                None => break,
+            let Some(child) = trie.child(at, locals[held]) else {
+                break;
+            };
+            let edge = &trie.node(child).blocks;
+            let common = (edge.iter().zip(&locals[held..]))
+                .take_while(|(b, l)| b.local == **l)
+                .count();
+            let whole = common == edge.len();
+            at = if whole {
+                child
+            } else {
+                trie.split(child, common, serial)
+            };
+            trie.touch(at, touch);
+            held += common;
+            if !whole {
+                break;
             }
         }
 
-        let first_new = held;
+        // The rest, as far as capacity allows, evicting older leaves' blocks.
         let mut evicted = Vec::new();
-        while held < n {
-            if cache.blocks.len() >= capacity {
-                // Only blocks older than this request are victims: it never evicts itself.
-                match cache.oldest() {
-                    Some((tick, victim)) if tick < base => {
-                        cache.lru.pop_front();
-                        cache.blocks.remove(&victim);
-                        self.predicted -= 1;
-                        evicted.push(victim);
-                    }
-                    _ => break,
-                }
-            }
-            let tick = tick_of(held);
-            if cache.insert(seqs[held], tick, now, u32::from(pin)) {
-                listed.push((tick, seqs[held]));
-            }
-            self.predicted += 1;
-            held += 1;
+        let want = n - held;
+        let room = capacity.saturating_sub(trie.blocks);
+        let freed = trie.evict(want.saturating_sub(room), touch.base, &mut evicted);
+        let store_parent = (at != ROOT)
+            .then(|| trie.node(at).blocks.last().map(|b| b.seq))
+            .flatten();
+        let mut parent_seq = store_parent;
+        let fits = want.min(room + freed);
+        let mut added: Vec<Block> = Vec::with_capacity(fits);
+        for &local in &locals[held..held + fits] {
+            let seq = match parent_seq {
+                None => SeqHash(local.0),
+                Some(p) => hash::next_seq_hash(p, local),
+            };
+            added.push(Block::new(local, seq));
+            parent_seq = Some(seq);
         }
-        self.list(worker, &listed);
+        trie.blocks += added.len();
+        if !added.is_empty() {
+            *serial += 1;
+            let node = trie.add(Node {
+                parent: at,
+                start: held as u32,
+                blocks: added.clone(),
+                children: Vec::new(),
+                latest: touch,
+                pins: 0,
+                serial: *serial,
+            });
+            trie.node_mut(at).children.push(node);
+            at = node;
+        }
+        if at != ROOT {
+            if self.retention.pins_running() {
+                let mut node = at;
+                while node != ROOT {
+                    trie.node_mut(node).pins += 1;
+                    node = trie.node(node).parent;
+                }
+                trie.running.insert(routed.number());
+                let len = (held + fits) as u32;
+                self.running.insert(
+                    routed.number(),
+                    Running {
+                        worker,
+                        end: at,
+                        len,
+                    },
+                );
+            }
+            trie.owners.insert(touch.base, at);
+            trie.list_leaf(at);
+            if self.ttl.is_some() {
+                self.expiry.push_back((touch.at, touch.base, worker));
+            }
+        }
+        trie.compact();
+        self.owned = self.owned + trie.owners.len() - owned_before;
+        self.compact_expiry();
 
         if !evicted.is_empty() {
             out.push(Event::removed(worker, 0, evicted));
         }
-        if held > first_new {
-            let parent = first_new.checked_sub(1).map(|p| seqs[p]);
-            let blocks = (first_new..held)
-                .map(|i| Block::new(locals[i], seqs[i]))
-                .collect();
-            out.push(Event::stored(worker, 0, parent, blocks));
-        }
-        if pin
-            && held > 0
-            && let Some(cache) = self.workers.get_mut(&worker)
-        {
-            cache.running.insert(routed.id);
-            let mut seqs = seqs;
-            seqs.truncate(held);
-            self.running.insert(routed.id, Running { worker, seqs });
+        if !added.is_empty() {
+            out.push(Event::stored(worker, 0, store_parent, added));
         }
         self.drop_if_empty(worker);
         routed
     }
 
-    /// The request `routed` finished: its chain is touched again (the engine frees it now, tail
-    /// first) and unpinned.
+    /// Drops stale expiry entries once they outnumber the owned decisions.
+    fn compact_expiry(&mut self) {
+        if self.expiry.len() > 2 * self.owned + 64 {
+            let workers = &self.workers;
+            self.expiry.retain(|(_, base, worker)| {
+                workers
+                    .get(worker)
+                    .is_some_and(|t| t.owners.contains_key(base))
+            });
+            if let Some(to) = crate::room::shrunk(self.expiry.len(), self.expiry.capacity()) {
+                self.expiry.shrink_to(to);
+            }
+        }
+    }
+
+    /// The request `routed` finished at `now`: its chain is touched again (the engine frees it
+    /// now, tail first) and unpinned.
     pub(crate) fn release(
         &mut self,
         routed: Routed,
@@ -407,21 +585,31 @@ impl Predictions {
             return Ok(());
         };
         shrink(&mut self.running);
-        let n = run.seqs.len();
-        let base = self.take_ticks(n);
-        let now = self.now;
-        let Some(cache) = self.workers.get_mut(&run.worker) else {
+        let touch = Touch {
+            base: self.tick,
+            len: run.len,
+            at: self.now,
+        };
+        self.tick += u64::from(run.len);
+        let Some(trie) = self.workers.get_mut(&run.worker) else {
             return Ok(());
         };
-        cache.running.remove(&id);
-        let mut listed = Vec::new();
-        for (i, &seq) in run.seqs.iter().enumerate() {
-            let tick = base + (n - 1 - i) as u64;
-            if cache.touch(seq, tick, now, |p| p.saturating_sub(1)) == Some(true) {
-                listed.push((tick, seq));
-            }
+        trie.running.remove(&id);
+        let owned_before = trie.owners.len();
+        let mut node = run.end;
+        while node != ROOT {
+            trie.touch(node, touch);
+            trie.node_mut(node).pins -= 1;
+            node = trie.node(node).parent;
         }
-        self.list(run.worker, &listed);
+        trie.owners.insert(touch.base, run.end);
+        trie.list_leaf(run.end);
+        trie.compact();
+        self.owned = self.owned + trie.owners.len() - owned_before;
+        if self.ttl.is_some() {
+            self.expiry.push_back((touch.at, touch.base, run.worker));
+        }
+        self.compact_expiry();
         self.drop_if_empty(run.worker);
         Ok(())
     }
@@ -432,15 +620,14 @@ impl Predictions {
         if self.exact.insert(worker) {
             register(&mut self.ranks, worker);
         }
-        let had = self.drop_predictions(worker);
-        had.then(|| Event::cleared(worker, 0))
+        self.drop_trie(worker).then(|| Event::cleared(worker, 0))
     }
 
     /// Forgets `worker`: its predictions, pins, and whether it was exact.
     pub(crate) fn forget(&mut self, worker: Worker) {
         self.exact.remove(&worker);
         shrink_set(&mut self.exact);
-        self.drop_predictions(worker);
+        self.drop_trie(worker);
         self.unregister_if_gone(worker);
     }
 
@@ -450,30 +637,10 @@ impl Predictions {
             self.forget(Worker::new(id, rank));
         }
     }
-
-    /// The ranks of worker `id` that are predicted or exact.
-    pub(crate) fn ranks(&self, id: u64) -> &[u32] {
-        self.ranks.get(&id).map_or(&[], Vec::as_slice)
-    }
-
-    /// Drops `worker`'s predicted blocks and running requests; `true` if it had blocks.
-    fn drop_predictions(&mut self, worker: Worker) -> bool {
-        let Some(cache) = self.workers.remove(&worker) else {
-            return false;
-        };
-        shrink(&mut self.workers);
-        // Its entries in the expiry order go stale by themselves (ticks are never reused).
-        self.predicted -= cache.blocks.len();
-        for id in &cache.running {
-            self.running.remove(id);
-        }
-        shrink(&mut self.running);
-        !cache.blocks.is_empty()
-    }
 }
 
 /// Lists `worker`'s rank under its id.
-fn register(ranks: &mut HashMap<u64, Vec<u32>, RandomState>, worker: Worker) {
+pub(super) fn register(ranks: &mut HashMap<u64, Vec<u32>, RandomState>, worker: Worker) {
     let listed = ranks.entry(worker.id).or_default();
     if !listed.contains(&worker.dp_rank) {
         listed.push(worker.dp_rank);
@@ -481,7 +648,7 @@ fn register(ranks: &mut HashMap<u64, Vec<u32>, RandomState>, worker: Worker) {
 }
 
 /// Gives a map's room back when [`crate::room::shrunk`] says so.
-fn shrink<K: Eq + std::hash::Hash, V>(map: &mut HashMap<K, V, RandomState>) {
+pub(super) fn shrink<K: Eq + std::hash::Hash, V>(map: &mut HashMap<K, V, RandomState>) {
     if let Some(to) = crate::room::shrunk(map.len(), map.capacity()) {
         map.shrink_to(to);
     }

@@ -3,7 +3,7 @@
 
 use super::decision::{Decision, Entry};
 use super::log::{DecisionLog, LogError, LogPosition};
-use super::predictions::index_tag;
+use super::routed::index_tag;
 use super::{ApproximateIndexer, ForeignRouted, Retention, Routed};
 use crate::error::EventError;
 use crate::index::KvIndex;
