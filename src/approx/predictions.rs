@@ -258,6 +258,14 @@ impl Trie {
         }
     }
 
+    /// Decision `touch` ends at `end`, touched already: where its expiry starts, and a leaf
+    /// whose tick changed.
+    fn end_decision(&mut self, end: u32, touch: Touch) {
+        self.owners.insert(touch.base, end);
+        self.list_leaf(end);
+        self.compact();
+    }
+
     /// Drops stale heap entries once they outnumber the nodes.
     fn compact(&mut self) {
         let live = self.nodes.len() - self.free.len();
@@ -489,20 +497,12 @@ impl Predictions {
         let want = n - held;
         let room = capacity.saturating_sub(trie.blocks);
         let freed = trie.evict(want.saturating_sub(room), touch.base, &mut evicted);
-        let store_parent = (at != ROOT)
-            .then(|| trie.node(at).blocks.last().map(|b| b.seq))
-            .flatten();
-        let mut parent_seq = store_parent;
-        let fits = want.min(room + freed);
-        let mut added: Vec<Block> = Vec::with_capacity(fits);
-        for &local in &locals[held..held + fits] {
-            let seq = match parent_seq {
-                None => SeqHash(local.0),
-                Some(p) => hash::next_seq_hash(p, local),
-            };
-            added.push(Block::new(local, seq));
-            parent_seq = Some(seq);
-        }
+        // The root has no blocks: a chain that starts here has no parent.
+        let store_parent = trie.node(at).blocks.last().map(|b| b.seq);
+        let new = &locals[held..held + want.min(room + freed)];
+        let added: Vec<Block> = (new.iter().zip(hash::seq_hashes_after(store_parent, new)))
+            .map(|(&local, seq)| Block::new(local, seq))
+            .collect();
         trie.blocks += added.len();
         if !added.is_empty() {
             *serial += 1;
@@ -526,7 +526,7 @@ impl Predictions {
                     node = trie.node(node).parent;
                 }
                 trie.running.insert(routed.number());
-                let len = (held + fits) as u32;
+                let len = (held + added.len()) as u32;
                 self.running.insert(
                     routed.number(),
                     Running {
@@ -536,13 +536,11 @@ impl Predictions {
                     },
                 );
             }
-            trie.owners.insert(touch.base, at);
-            trie.list_leaf(at);
+            trie.end_decision(at, touch);
             if self.ttl.is_some() {
                 self.expiry.push_back((touch.at, touch.base, worker));
             }
         }
-        trie.compact();
         self.owned = self.owned + trie.owners.len() - owned_before;
         self.compact_expiry();
 
@@ -602,9 +600,7 @@ impl Predictions {
             trie.node_mut(node).pins -= 1;
             node = trie.node(node).parent;
         }
-        trie.owners.insert(touch.base, run.end);
-        trie.list_leaf(run.end);
-        trie.compact();
+        trie.end_decision(run.end, touch);
         self.owned = self.owned + trie.owners.len() - owned_before;
         if self.ttl.is_some() {
             self.expiry.push_back((touch.at, touch.base, run.worker));

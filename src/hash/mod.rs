@@ -141,17 +141,20 @@ pub fn local_hashes_with_seed(tokens: &[u32], block_size: usize, seed: u64) -> V
 /// Dynamo's sequence hashes of a chain of local hashes: `seq[0] = local[0]`,
 /// `seq[i] = XXH3-64(le(seq[i-1]) ++ le(local[i]), seed 1337)`.
 pub fn seq_hashes(locals: &[LocalHash]) -> Vec<SeqHash> {
-    let mut out = Vec::with_capacity(locals.len());
-    let mut prev: Option<u64> = None;
-    for local in locals {
-        let seq = match prev {
-            None => local.0,
-            Some(p) => next_seq_hash(SeqHash(p), *local).0,
-        };
-        out.push(SeqHash(seq));
-        prev = Some(seq);
-    }
-    out
+    seq_hashes_after(None, locals).collect()
+}
+
+/// The sequence hashes of `locals` continuing the block `parent` (`None`: a chain's first
+/// blocks), as [`seq_hashes`] of the whole chain has them.
+pub(crate) fn seq_hashes_after(
+    parent: Option<SeqHash>,
+    locals: &[LocalHash],
+) -> impl Iterator<Item = SeqHash> + '_ {
+    locals.iter().scan(parent, |prev, &local| {
+        let seq = prev.map_or(SeqHash(local.0), |p| next_seq_hash(p, local));
+        *prev = Some(seq);
+        Some(seq)
+    })
 }
 
 /// The sequence hash of a block with local hash `local` continuing `parent` (Dynamo's chain).
