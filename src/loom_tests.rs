@@ -258,6 +258,74 @@ fn core_cutoff_move_against_a_query() {
     });
 }
 
+/// A worker's decode steps (one block each, after its chain's end) grow the edge it holds
+/// alone in place while a query walks it: the query sees the edge as it was before or after
+/// each append, and the worker at a depth it held, never more than the edge it read.
+#[test]
+fn core_append_against_a_query() {
+    use crate::{Event, KvIndex, RadixIndexer, Worker};
+    loom::model(|| {
+        let index = Arc::new(RadixIndexer::default());
+        let w = Worker::new(1, 0);
+        let block = |i: u64| Block::new(LocalHash(i), SeqHash(10 + i));
+        let query = [LocalHash(0), LocalHash(1), LocalHash(2), LocalHash(3)];
+        index
+            .apply(&Event::stored(w, 0, None, vec![block(0), block(1)]))
+            .unwrap();
+        let reader = {
+            let index = index.clone();
+            thread::spawn(move || {
+                let depth = index.find_matches(&query).get(w);
+                assert!(matches!(depth, Some(2..=4)), "{depth:?}");
+            })
+        };
+        for i in 2..4 {
+            let parent = Some(SeqHash(10 + i - 1));
+            index
+                .apply(&Event::stored(w, i, parent, vec![block(i)]))
+                .unwrap();
+        }
+        reader.join().unwrap();
+        assert_eq!(index.find_matches(&query).get(w), Some(4));
+        assert_eq!(index.entries(), 1, "appended in place: one edge throughout");
+    });
+}
+
+/// A second worker joins an edge (its cover becomes one of two) while the first appends a
+/// decode block to it: whichever goes first, the append happens only while the first worker
+/// holds the edge alone (else the block gets a node of its own), and the second worker is
+/// never credited with the appended block.
+#[test]
+fn core_append_races_a_joining_worker() {
+    use crate::{Event, KvIndex, RadixIndexer, Worker};
+    loom::model(|| {
+        let index = Arc::new(RadixIndexer::default());
+        let (a, b) = (Worker::new(1, 0), Worker::new(2, 0));
+        let block = |i: u64| Block::new(LocalHash(i), SeqHash(10 + i));
+        let query = [LocalHash(0), LocalHash(1), LocalHash(2)];
+        index
+            .apply(&Event::stored(a, 0, None, vec![block(0), block(1)]))
+            .unwrap();
+        let joiner = {
+            let index = index.clone();
+            thread::spawn(move || {
+                index
+                    .apply(&Event::stored(b, 0, None, vec![block(0), block(1)]))
+                    .unwrap();
+                let scores = index.find_matches(&query);
+                assert_eq!(scores.get(b), Some(2), "{scores:?}");
+            })
+        };
+        index
+            .apply(&Event::stored(a, 1, Some(SeqHash(11)), vec![block(2)]))
+            .unwrap();
+        joiner.join().unwrap();
+        let scores = index.find_matches(&query);
+        assert_eq!((scores.get(a), scores.get(b)), (Some(3), Some(2)));
+        assert!(matches!(index.entries(), 1 | 2), "{}", index.entries());
+    });
+}
+
 /// The same move on an edge two workers hold (a cover that keeps which members hold the
 /// whole edge as bits): the bit of the worker whose tail is evicted is cleared before its
 /// cutoff moves down and set again after it moves back up, so the query, which keeps workers

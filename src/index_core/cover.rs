@@ -177,6 +177,14 @@ impl Cover {
 
     /// How many blocks of the edge `slot` holds now (0: none).
     #[inline]
+    /// `slot`'s cutoff when it is the cover's one worker; `None` when the cover has others.
+    pub(crate) fn only(&self, slot: Slot) -> Option<u32> {
+        match self {
+            Cover::One(s, c) if *s == slot => Some(c.load(Ordering::Relaxed)),
+            _ => None,
+        }
+    }
+
     pub fn cutoff(&self, slot: Slot) -> u32 {
         // Acquire pairs with the writer's release, after which the slot's name is readable.
         match self {

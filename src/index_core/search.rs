@@ -449,6 +449,9 @@ impl<'a, L: Tree> Walker<'a, '_, L> {
             }
             let rest = &query[pos as usize..stop as usize];
             let m = off + common_prefix(&edge[off as usize..], rest) as u32;
+            // The cover is loaded after the edge: an edge grows only while one worker holds all
+            // of it (the radix tree's appends), so a grown edge comes with that worker's cover,
+            // never with an older one whose members held the whole of a shorter edge.
             self.keep(layout.cover(node, guard), set, m, base, scores);
             let reached = Reached {
                 node,

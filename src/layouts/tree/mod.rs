@@ -260,9 +260,18 @@ impl<T: AsTree> Storage for T {
         handles.reserve(locals.len());
         let mut rest = locals;
         while let Some(first) = rest.first() {
-            let (at, to) = if node.edge().get(off as usize) == Some(first) {
+            let edge = node.edge();
+            // At the end of the edge (so holding all of it), the worker may grow it in place.
+            let appended = match T::Index::STRIDE == 0 && off as usize == edge.len() {
+                true => node.append(slot, rest, guard),
+                false => 0,
+            };
+            let (at, to) = if appended > 0 {
+                held_before(off, off + appended, off);
+                (off, off + appended)
+            } else if edge.get(off as usize) == Some(first) {
                 // On along an edge this worker is in (I1): it stays linked, one cutoff to raise.
-                let to = off + follow(&node.edge()[off as usize..], rest);
+                let to = off + follow(&edge[off as usize..], rest);
                 held_before(off, to, node.raise_own(slot, to, guard));
                 (off, to)
             } else {
@@ -278,6 +287,7 @@ impl<T: AsTree> Storage for T {
                     slot,
                     |edge| follow(edge, rest),
                     rest,
+                    room(T::Index::STRIDE, rest.len()),
                     || checkpoints(T::Index::STRIDE, keys, first, rest.len()),
                     |child| {
                         for anchor in child.anchors() {
@@ -373,6 +383,21 @@ impl<T: AsTree> Checkpointed for T {
     }
 }
 
+/// Blocks a new edge of `len` blocks has room for: at least [`APPEND_ROOM`] in a tree without
+/// checkpoints (see [`Node::append`]), exactly `len` in one with (an appended block could need an
+/// anchor).
+fn room(stride: u32, len: usize) -> usize {
+    match stride {
+        0 => len.max(APPEND_ROOM),
+        _ => len,
+    }
+}
+
+/// The room a short new edge gets in a tree without checkpoints: a decode step stores one block
+/// at a time at the end of its request's chain, and this many of them share a node instead of
+/// taking one each (paper §6.26 measured it on the trace replay).
+const APPEND_ROOM: usize = 8;
+
 /// The checkpoints among the `len` blocks of `keys` from block `first`, every `stride`
 /// positions (none when `stride` is 0): each one's offset from `first`, and its key.
 fn checkpoints<'k>(
@@ -404,4 +429,74 @@ fn follow(edge: &[LocalHash], locals: &[LocalHash]) -> u32 {
         .zip(locals)
         .take_while(|(edge, local)| edge == local)
         .count() as u32
+}
+
+#[cfg(all(test, not(loom), feature = "radix"))]
+mod tests {
+    use super::APPEND_ROOM;
+    use crate::{Block, Event, KvIndex, LocalHash, RadixIndexer, SeqHash, Worker};
+
+    fn block(i: u64) -> Block {
+        Block::new(LocalHash(i), SeqHash(100 + i))
+    }
+
+    /// Stores block `i` of the chain 0, 1, ... for `w`, after block `i - 1`.
+    fn decode(index: &RadixIndexer, w: Worker, i: u64) {
+        let parent = i.checked_sub(1).map(|p| SeqHash(100 + p));
+        index
+            .apply(&Event::stored(w, i, parent, vec![block(i)]))
+            .unwrap();
+    }
+
+    fn chain(n: u64) -> Vec<LocalHash> {
+        (0..n).map(LocalHash).collect()
+    }
+
+    #[test]
+    fn a_decode_block_grows_the_edge_its_worker_holds_alone() {
+        let index = RadixIndexer::default();
+        let w = Worker::new(1, 0);
+        index
+            .apply(&Event::stored(w, 0, None, vec![block(0), block(1)]))
+            .unwrap();
+        decode(&index, w, 2);
+        decode(&index, w, 3);
+        assert_eq!(index.entries(), 1, "both appended to the first edge");
+        assert_eq!(index.find_matches(&chain(4)).get(w), Some(4));
+        // The tail evicted and stored again: the cutoff moves, the edge stays.
+        index
+            .apply(&Event::removed(w, 4, vec![SeqHash(103)]))
+            .unwrap();
+        assert_eq!(index.find_matches(&chain(4)).get(w), Some(3));
+        decode(&index, w, 3);
+        assert_eq!(index.find_matches(&chain(4)).get(w), Some(4));
+        assert_eq!(index.entries(), 1);
+    }
+
+    #[test]
+    fn an_edge_two_workers_hold_does_not_grow() {
+        let index = RadixIndexer::default();
+        let (a, b) = (Worker::new(1, 0), Worker::new(2, 0));
+        for w in [a, b] {
+            index
+                .apply(&Event::stored(w, 0, None, vec![block(0), block(1)]))
+                .unwrap();
+        }
+        decode(&index, a, 2);
+        assert_eq!(index.entries(), 2, "the block has a node of its own");
+        let scores = index.find_matches(&chain(3));
+        assert_eq!((scores.get(a), scores.get(b)), (Some(3), Some(2)));
+    }
+
+    #[test]
+    fn an_edge_grows_only_into_its_room() {
+        let index = RadixIndexer::default();
+        let w = Worker::new(1, 0);
+        let n = 2 * APPEND_ROOM as u64 + 1;
+        for i in 0..n {
+            decode(&index, w, i);
+        }
+        assert_eq!(index.entries(), 3, "{n} blocks in edges of {APPEND_ROOM}");
+        assert_eq!(index.find_matches(&chain(n)).get(w), Some(n as u32));
+    }
 }

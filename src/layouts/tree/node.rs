@@ -1,10 +1,17 @@
 //! Tree nodes: what readers see lock-free, and the writer-side protocol that keeps them valid.
 //!
-//! A node is an *edge*: the local hashes of consecutive blocks, fixed when the node is created.
-//! Children hang at any offset of it (keyed by the offset and the first local hash of their own
-//! edge), so a store that leaves an edge in its middle adds a child there and never splits the
-//! edge: nodes never move, and a handle (node, offset) stays valid while its worker holds the
-//! block. Which workers hold how much of the edge is the node's [`Cover`].
+//! A node is an *edge*: the local hashes of consecutive blocks. Children hang at any offset of
+//! it (keyed by the offset and the first local hash of their own edge), so a store that leaves an
+//! edge in its middle adds a child there and never splits the edge: nodes never move, and a
+//! handle (node, offset) stays valid while its worker holds the block. Which workers hold how
+//! much of the edge is the node's [`Cover`].
+//!
+//! An edge never changes below its length, and grows only at its end, in room its allocation
+//! kept for that ([`Node::append`]): a block stored right after the end of an edge that its one
+//! worker holds all of (a decode step's block, after the prompt's) goes there instead of into a
+//! node of its own. Readers load the length with acquire ordering after the append wrote the
+//! blocks, so they see an edge as it was at some instant; only the tree without checkpoints
+//! appends (an appended block would need an anchor its allocation has no room for).
 //!
 //! # Memory safety
 //!
@@ -33,7 +40,8 @@
 use super::child_table::{ChildTable, Keyed};
 use super::graveyard;
 use crate::index_core::{Cover, Key, Slot, Stretch};
-use crate::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed};
+use crate::sync::atomic::AtomicU32;
+use crate::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
 use crate::sync::{Mutex, lock};
 use crate::types::LocalHash;
 use crossbeam_epoch::{Atomic, Guard, Owned, Shared};
@@ -65,8 +73,10 @@ pub struct Node {
     /// ([`Node::create`]), so that reaching a node brings its edge along instead of a second
     /// miss; dangling at the root, whose edge is empty.
     edge: *const LocalHash,
-    /// Blocks in the edge.
-    len: u32,
+    /// Blocks in the edge: raised only by [`Node::append`], under the node's lock.
+    len: AtomicU32,
+    /// Blocks the allocation has room for (`len` and the room left to append).
+    cap: u32,
     /// Its key in the parent's children.
     key: ChildKey,
     parent: *const Node,
@@ -92,7 +102,7 @@ impl std::fmt::Debug for Node {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Node")
             .field("key", &self.key)
-            .field("edge", &self.len)
+            .field("edge", &self.edge().len())
             .finish_non_exhaustive()
     }
 }
@@ -238,9 +248,11 @@ impl Spot {
 struct Prebuilt(*const Node);
 
 impl Prebuilt {
-    /// A node whose edge is `edge` and whose worker is `slot`, holding all of it.
+    /// A node whose edge is `edge` and whose worker is `slot`, holding all of it, with room
+    /// for an edge of `cap` blocks (at least the edge's).
     fn new(
         edge: &[LocalHash],
+        cap: usize,
         key: ChildKey,
         parent: &Node,
         slot: Slot,
@@ -249,6 +261,7 @@ impl Prebuilt {
         let held = edge.len() as u32;
         Self(Node::create(
             edge,
+            cap,
             key,
             parent,
             Cover::one(slot, held),
@@ -308,7 +321,8 @@ impl Node {
     pub(super) fn root() -> Self {
         Self {
             edge: std::ptr::NonNull::dangling().as_ptr(),
-            len: 0,
+            len: AtomicU32::new(0),
+            cap: 0,
             key: ChildKey {
                 at: 0,
                 local: LocalHash(0),
@@ -322,37 +336,44 @@ impl Node {
         }
     }
 
-    /// The layout of a node whose edge has `len` blocks and crosses `anchors` checkpoints,
-    /// where in it the edge starts, and how far past the edge's start its anchors start.
-    fn layout(len: usize, anchors: usize) -> (Layout, usize, usize) {
+    /// The layout of a node with room for an edge of `cap` blocks that crosses `anchors`
+    /// checkpoints, where in it the edge starts, and how far past the edge's start its anchors
+    /// start.
+    fn layout(cap: usize, anchors: usize) -> (Layout, usize, usize) {
         const FITS: &str = "an edge fits in memory";
-        let edge = Layout::array::<LocalHash>(len).expect(FITS);
+        let edge = Layout::array::<LocalHash>(cap).expect(FITS);
         let (layout, at) = Layout::new::<Node>().extend(edge).expect(FITS);
         let anchored = Layout::array::<Anchor>(anchors).expect(FITS);
         let (layout, anchors_at) = layout.extend(anchored).expect(FITS);
         (layout.pad_to_align(), at, anchors_at - at)
     }
 
-    /// Allocates a node with its edge after it, `cover` in place, and an [`Anchor`] after the
-    /// edge for each of `anchors` (the offset of a checkpoint in the edge, and its key); free it
-    /// with [`destroy`](Self::destroy).
+    /// Allocates a node with its edge after it (with room for `cap` blocks, at least the
+    /// edge's), `cover` in place, and an [`Anchor`] after the room for each of `anchors` (the
+    /// offset of a checkpoint in the edge, and its key); free it with [`destroy`](Self::destroy).
     fn create(
         edge: &[LocalHash],
+        cap: usize,
         key: ChildKey,
         parent: *const Node,
         cover: Cover,
         anchors: impl ExactSizeIterator<Item = (u32, Key)>,
     ) -> *const Node {
         let count = anchors.len();
-        let (layout, at, anchors_at) = Self::layout(edge.len(), count);
+        let cap = cap.max(edge.len());
+        debug_assert!(
+            count == 0 || cap == edge.len(),
+            "an anchored edge never grows"
+        );
+        let (layout, at, anchors_at) = Self::layout(cap, count);
         // SAFETY: the layout has a nonzero size (it holds a node).
         let base = unsafe { alloc::alloc(layout) };
         if base.is_null() {
             alloc::handle_alloc_error(layout);
         }
         let node = base.cast::<Node>();
-        // SAFETY: `base` is a fresh allocation of `layout`: a node at its start, `edge.len()`
-        // local hashes from `at`, then `count` anchors, all aligned (Layout::extend); the
+        // SAFETY: `base` is a fresh allocation of `layout`: a node at its start, room for `cap`
+        // local hashes from `at` (the edge's written first), then `count` anchors, all aligned (Layout::extend); the
         // node's pointers are made from `base`, so they may reach the whole allocation.
         unsafe {
             let blocks = base.add(at).cast::<LocalHash>();
@@ -373,7 +394,8 @@ impl Node {
             assert_eq!(written, count, "the anchors' iterator yields its length");
             node.write(Self {
                 edge: blocks,
-                len: edge.len() as u32,
+                len: AtomicU32::new(edge.len() as u32),
+                cap: cap as u32,
                 key,
                 parent,
                 cover: Atomic::null(),
@@ -394,9 +416,9 @@ impl Node {
     /// # Safety
     /// Nobody can reach `node` any more, and it is freed once.
     unsafe fn destroy(node: *const Node) {
-        // SAFETY: made by `create` with this length, reachable by nobody (the caller).
+        // SAFETY: made by `create` with this room, reachable by nobody (the caller).
         unsafe {
-            let (layout, ..) = Self::layout((*node).len as usize, (*node).anchors as usize);
+            let (layout, ..) = Self::layout((*node).cap as usize, (*node).anchors as usize);
             std::ptr::drop_in_place(node.cast_mut());
             alloc::dealloc(node.cast_mut().cast(), layout);
         }
@@ -414,7 +436,7 @@ impl Node {
         if self.anchors == 0 {
             return &[];
         }
-        let (_, _, anchors_at) = Self::layout(self.len as usize, self.anchors as usize);
+        let (_, _, anchors_at) = Self::layout(self.cap as usize, self.anchors as usize);
         // SAFETY: `create` wrote `anchors` anchors `anchors_at` bytes past the edge's start,
         // in the allocation `edge` was made from; never written after, freed with the node.
         unsafe {
@@ -428,9 +450,53 @@ impl Node {
     }
 
     pub(super) fn edge(&self) -> &[LocalHash] {
-        // SAFETY: `edge` points to `len` initialized hashes that live as long as the node, and
-        // are never written after `create` (dangling with 0 at the root).
-        unsafe { std::slice::from_raw_parts(self.edge, self.len as usize) }
+        // Acquire: the blocks an append wrote before it raised the length are seen with it.
+        let len = self.len.load(Acquire) as usize;
+        // SAFETY: `edge` points to `len` initialized hashes (written by `create` or by an
+        // `append` that raised `len` after writing them) that live as long as the node and are
+        // never written again (dangling with 0 at the root).
+        unsafe { std::slice::from_raw_parts(self.edge, len) }
+    }
+
+    /// Blocks in the edge, for a writer holding the node's lock (the only one that changes it).
+    fn len_locked(&self) -> u32 {
+        self.len.load(Relaxed)
+    }
+
+    /// Appends the first of `locals` that fit to the end of the edge, in the room its
+    /// allocation kept, when `slot` is the node's one worker and holds the whole edge, and no
+    /// child continues the edge's end with `locals[0]` (a prefix has one path): returns how
+    /// many were appended (0 when any of that is not so, or the room is full), all now held by
+    /// `slot`. A cover of several workers records the edge's length (which of them hold all of
+    /// it), so an edge grows only under a cover of one.
+    ///
+    /// Readers see the edge of before or after (its length is raised after the blocks are
+    /// written), and `slot`'s cutoff is raised after that, so a reader never credits `slot` with
+    /// a block the edge it read does not have. `slot` is in `self` (I1).
+    pub(super) fn append(&self, slot: Slot, locals: &[LocalHash], guard: &Guard) -> u32 {
+        let Some(&local) = locals.first() else {
+            return 0;
+        };
+        let state = lock(&self.unlinked);
+        debug_assert!(!*state, "a node with a worker is linked (I1)");
+        let len = self.len_locked();
+        let n = (self.cap - len).min(u32::try_from(locals.len()).unwrap_or(u32::MAX));
+        let alone = matches!(self.cover(guard), Some(c) if c.only(slot) == Some(len));
+        let key = ChildKey { at: len, local };
+        if n == 0 || !alone || self.is_root() || self.child(key, guard).is_some() {
+            return 0;
+        }
+        // SAFETY: `len + n <= cap`, so the room is inside the allocation `edge` was made from;
+        // no reader reads past `len`, which is raised below, after the writes; the lock keeps
+        // other writers out.
+        unsafe {
+            let end = self.edge.cast_mut().add(len as usize);
+            end.copy_from_nonoverlapping(locals.as_ptr(), n as usize);
+        }
+        self.len.store(len + n, Release);
+        self.raise(slot, len + n, guard);
+        drop(state);
+        n
     }
 
     fn children<'g>(&self, guard: &'g Guard) -> Option<&'g Children> {
@@ -552,7 +618,7 @@ impl Node {
                 self.set_cover(Some(Cover::one(slot, to)), guard);
                 0
             }
-            Some(cover) => match cover.raise(slot, to, self.len) {
+            Some(cover) => match cover.raise(slot, to, self.len_locked()) {
                 Ok(old) => old,
                 Err((replacement, old)) => {
                     self.set_cover(replacement, guard);
@@ -573,8 +639,8 @@ impl Node {
     }
 
     /// Adds `slot` to the child of `self` at `key`, holding `follow(child's edge)` blocks of it;
-    /// creates the child, with edge `edge` and the checkpoints `anchors()` (offsets in the edge
-    /// and keys), when there is none,
+    /// creates the child, with edge `edge` (and room for `cap` blocks, see [`Node::append`])
+    /// and the checkpoints `anchors()` (offsets in the edge and keys), when there is none,
     /// and then calls `index(child)` before anyone else can reach it through `self` (under
     /// `self`'s lock, so that a writer that finds the child finds it indexed too). Returns the
     /// child, how many blocks `slot` holds there now, the cutoff it had there before, and
@@ -586,6 +652,7 @@ impl Node {
         slot: Slot,
         follow: impl FnOnce(&[LocalHash]) -> u32,
         edge: &[LocalHash],
+        cap: usize,
         anchors: impl FnOnce() -> A,
         index: impl FnOnce(&'g Node),
         guard: &'g Guard,
@@ -597,7 +664,7 @@ impl Node {
         let mut anchors = Some(anchors);
         let mut build = || {
             let anchors = anchors.take().expect("one node is built at most");
-            Prebuilt::new(edge, key, self, slot, anchors())
+            Prebuilt::new(edge, cap, key, self, slot, anchors())
         };
         let mut prebuilt = match self.child(key, guard) {
             Some(_) => None,
@@ -654,7 +721,7 @@ impl Node {
         let state = lock(&self.unlinked);
         debug_assert!(!*state, "a node with a worker is linked (I1)");
         let cover = self.cover(guard).expect("a node with a worker has a cover");
-        let emptied = match cover.cut(slot, to, self.len) {
+        let emptied = match cover.cut(slot, to, self.len_locked()) {
             Ok(()) => false,
             Err(replacement) => {
                 let emptied = replacement.is_none();
