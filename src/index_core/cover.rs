@@ -178,6 +178,10 @@ impl Cover {
     /// How many blocks of the edge `slot` holds now (0: none).
     #[inline]
     /// `slot`'s cutoff when it is the cover's one worker; `None` when the cover has others.
+    #[cfg_attr(
+        not(any(feature = "positional", feature = "array", feature = "radix")),
+        allow(dead_code)
+    )]
     pub(crate) fn only(&self, slot: Slot) -> Option<u32> {
         match self {
             Cover::One(s, c) if *s == slot => Some(c.load(Ordering::Relaxed)),
