@@ -175,8 +175,6 @@ impl Cover {
         Cover::One(slot, AtomicU32::new(cutoff))
     }
 
-    /// How many blocks of the edge `slot` holds now (0: none).
-    #[inline]
     /// `slot`'s cutoff when it is the cover's one worker; `None` when the cover has others.
     #[cfg_attr(
         not(any(feature = "positional", feature = "array", feature = "radix")),
@@ -189,6 +187,8 @@ impl Cover {
         }
     }
 
+    /// How many blocks of the edge `slot` holds now (0: none).
+    #[inline]
     pub fn cutoff(&self, slot: Slot) -> u32 {
         // Acquire pairs with the writer's release, after which the slot's name is readable.
         match self {

@@ -477,13 +477,17 @@ impl Node {
         let Some(&local) = locals.first() else {
             return 0;
         };
+        // A full edge (the root's, and every edge made with no room) stays full: no lock taken.
+        if self.len.load(Relaxed) == self.cap {
+            return 0;
+        }
         let state = lock(&self.unlinked);
         debug_assert!(!*state, "a node with a worker is linked (I1)");
         let len = self.len_locked();
         let n = (self.cap - len).min(u32::try_from(locals.len()).unwrap_or(u32::MAX));
         let alone = matches!(self.cover(guard), Some(c) if c.only(slot) == Some(len));
         let key = ChildKey { at: len, local };
-        if n == 0 || !alone || self.is_root() || self.child(key, guard).is_some() {
+        if n == 0 || !alone || self.child(key, guard).is_some() {
             return 0;
         }
         // SAFETY: `len + n <= cap`, so the room is inside the allocation `edge` was made from;
