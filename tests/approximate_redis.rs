@@ -9,7 +9,7 @@
 use core::time::Duration;
 use flash_indexer::approx::{DecisionLog, RedisLog, SharedApproximateIndexer};
 use flash_indexer::{DefaultIndexer, LocalHash, Retention, Worker};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
 use std::time::Instant;
 
@@ -22,15 +22,30 @@ struct Server {
 }
 
 impl Server {
+    /// On a free port. Tests run side by side, so a port picked free may be taken by another
+    /// test's server before this one binds it: then another port.
     fn start() -> Option<Self> {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("a free port")
-            .port();
-        Self::start_on(port)
+        for _ in 0..8 {
+            let port = TcpListener::bind("127.0.0.1:0")
+                .and_then(|l| l.local_addr())
+                .expect("a free port")
+                .port();
+            match Self::spawn_on(port)? {
+                Ok(server) => return Some(server),
+                Err(why) => eprintln!("port {port}: {why}; trying another"),
+            }
+        }
+        panic!("no redis-server of this test's own after 8 ports");
     }
 
+    /// On `port` again (after a restart); panics if another process holds it.
     fn start_on(port: u16) -> Option<Self> {
+        Self::spawn_on(port).map(|started| started.unwrap_or_else(|why| panic!("{why}")))
+    }
+
+    /// `None` without redis-server outside CI; `Err` when what listens on `port` is not the
+    /// server this call started (it found the port taken and exited).
+    fn spawn_on(port: u16) -> Option<Result<Self, String>> {
         let spawned = Command::new("redis-server")
             .args(["--bind", "127.0.0.1", "--port", &port.to_string()])
             .args(["--save", "", "--appendonly", "no"])
@@ -44,12 +59,37 @@ impl Server {
             }
             Err(e) => panic!("CI needs redis-server: {e}"),
         };
+        let mut server = Self { port, child };
         let deadline = Instant::now() + Duration::from_secs(10);
-        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        loop {
+            if let Ok(Some(status)) = server.child.try_wait() {
+                return Some(Err(format!("redis-server exited ({status})")));
+            }
+            if let Some(pid) = server.process_id() {
+                return Some(if pid == server.child.id() {
+                    Ok(server)
+                } else {
+                    Err(format!("another redis-server (pid {pid}) listens there"))
+                });
+            }
             assert!(Instant::now() < deadline, "redis-server did not listen");
             std::thread::sleep(Duration::from_millis(20));
         }
-        Some(Self { port, child })
+    }
+
+    /// The process id of the server that answers on the port, if one does.
+    fn process_id(&self) -> Option<u32> {
+        let client = redis::Client::open(self.url()).ok()?;
+        let mut connection = client
+            .get_connection_with_timeout(Duration::from_secs(1))
+            .ok()?;
+        let info: String = redis::cmd("INFO")
+            .arg("server")
+            .query(&mut connection)
+            .ok()?;
+        info.lines()
+            .find_map(|line| line.strip_prefix("process_id:"))
+            .and_then(|pid| pid.trim().parse().ok())
     }
 
     fn url(&self) -> String {
