@@ -125,6 +125,43 @@ fn mamba_states_score_only_where_they_are() {
 }
 
 #[test]
+fn every_child_of_a_block_stored_again_elsewhere_follows_it() {
+    // A (local 0) -> B (1) -> C1 (2) and C2 (3), Mamba states on both children. B comes back
+    // under X (local 9): each child's state counts at its new path, none at its old one.
+    let m = model(&[GroupKind::FullAttention, GroupKind::Mamba]);
+    let w = Worker::new(5, 0);
+    let block = |local: u64, seq: u64| Block::new(LocalHash(local), SeqHash(seq));
+    let (a, b, x) = (block(0, 10), block(1, 11), block(9, 19));
+    let kids = [block(2, 12), block(3, 13)];
+    let query = |first: u64, kid: u64| vec![LocalHash(first), LocalHash(1), LocalHash(kid)];
+    for (name, index) in subjects(&m) {
+        index
+            .apply(0, &Event::stored(w, 0, None, vec![a, b]))
+            .unwrap();
+        for kid in kids {
+            index
+                .apply(0, &Event::stored(w, 1, Some(b.seq), vec![kid]))
+                .unwrap();
+        }
+        index
+            .apply(1, &Event::stored(w, 2, None, kids.to_vec()))
+            .unwrap();
+        for kid in [2, 3] {
+            assert_eq!(index.find_matches(&query(0, kid)).get(w), Some(3), "{name}");
+        }
+        index.apply(0, &Event::stored(w, 3, None, vec![x])).unwrap();
+        index.apply(0, &Event::removed(w, 4, vec![b.seq])).unwrap();
+        index
+            .apply(0, &Event::stored(w, 5, Some(x.seq), vec![b]))
+            .unwrap();
+        for kid in [2, 3] {
+            assert_eq!(index.find_matches(&query(9, kid)).get(w), Some(3), "{name}");
+            assert_eq!(index.find_matches(&query(0, kid)).get(w), None, "{name}");
+        }
+    }
+}
+
+#[test]
 fn a_block_of_another_group_counts_only_on_the_prefix_its_sequence_hash_names() {
     let m = model(&[GroupKind::FullAttention, GroupKind::Mamba]);
     let w = Worker::new(4, 0);

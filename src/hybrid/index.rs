@@ -52,6 +52,13 @@ impl Holders {
     }
 }
 
+/// One shard of the writers' tables, with the buffer its events' changes are collected in.
+#[derive(Debug, Default)]
+struct Shard {
+    tables: HashMap<Worker, Table, RandomState>,
+    changes: Changes,
+}
+
 /// Shards of the writers' tables; all ranks of one worker id share a shard.
 const SHARDS: usize = 64;
 /// Locks that order the writers of one path (of different workers).
@@ -98,7 +105,7 @@ pub struct HybridIndexer<I> {
     model: ModelGroups,
     chain: I,
     runs: Runs,
-    tables: Box<[Mutex<HashMap<Worker, Table, RandomState>>]>,
+    tables: Box<[Mutex<Shard>]>,
     members: papaya::HashMap<PathKey, Holders, RandomState>,
     stripes: Box<[Mutex<()>]>,
     canon: Canon,
@@ -132,7 +139,7 @@ impl<I: KvIndex> HybridIndexer<I> {
     /// Worker tables, and group paths held or answered: both 0 once every worker is removed.
     #[cfg(feature = "arbitrary")]
     pub(crate) fn residue(&self) -> (usize, usize) {
-        let tables = self.tables.iter().map(|t| lock(t).len()).sum();
+        let tables = self.tables.iter().map(|t| lock(t).tables.len()).sum();
         (tables, self.members.len())
     }
 
@@ -141,7 +148,7 @@ impl<I: KvIndex> HybridIndexer<I> {
         &self.chain
     }
 
-    fn shard(&self, id: u64) -> MutexGuard<'_, HashMap<Worker, Table, RandomState>> {
+    fn shard(&self, id: u64) -> MutexGuard<'_, Shard> {
         let at = self.shard_of.hash_one(id) as usize % SHARDS;
         lock(&self.tables[at])
     }
@@ -173,26 +180,46 @@ impl<I: KvIndex> HybridIndexer<I> {
     ) {
         // Writers of other workers may change the same path: one at a time per stripe.
         let _stripe = lock(&self.stripes[self.shard_of.hash_one(key) as usize % STRIPES]);
-        let mut holders = map
-            .get(&key)
-            .map_or_else(Vec::new, |h| h.as_slice().to_vec());
-        match holders.binary_search_by_key(&worker, |&(w, _)| w) {
-            Ok(at) => match f(holders[at].1) {
-                0 => {
-                    holders.remove(at);
+        let old = map.get(&key).map_or(&[][..], Holders::as_slice);
+        let (at, count) = match old.binary_search_by_key(&worker, |&(w, _)| w) {
+            Ok(at) => (Ok(at), old[at].1),
+            Err(at) => (Err(at), 0),
+        };
+        let count_now = f(count);
+        if count_now == count {
+            return;
+        }
+        let holders: Vec<(Worker, u32)> = match at {
+            // The common cases, a path of one worker's: no list to copy.
+            Err(_) if old.is_empty() => {
+                map.insert(key, Holders::One((worker, count_now)));
+                return;
+            }
+            Ok(_) if old.len() == 1 && count_now == 0 => {
+                map.remove(&key);
+                return;
+            }
+            Ok(_) if old.len() == 1 => {
+                map.insert(key, Holders::One((worker, count_now)));
+                return;
+            }
+            Ok(at) => {
+                let mut holders = old.to_vec();
+                match count_now {
+                    0 => {
+                        holders.remove(at);
+                    }
+                    n => holders[at].1 = n,
                 }
-                n => holders[at].1 = n,
-            },
-            Err(at) => match f(0) {
-                0 => return,
-                n => holders.insert(at, (worker, n)),
-            },
-        }
-        if holders.is_empty() {
-            map.remove(&key);
-        } else {
-            map.insert(key, Holders::new(holders));
-        }
+                holders
+            }
+            Err(at) => {
+                let mut holders = old.to_vec();
+                holders.insert(at, (worker, count_now));
+                holders
+            }
+        };
+        map.insert(key, Holders::new(holders));
     }
 
     /// Drops every block of `worker` from the maps (the layout is the caller's).
@@ -212,7 +239,8 @@ impl<I: KvIndex> HybridIndex for HybridIndexer<I> {
             return self.chain.apply(event);
         }
         let worker = event.worker;
-        let mut tables = self.shard(worker.id);
+        let mut shard = self.shard(worker.id);
+        let Shard { tables, changes } = &mut *shard;
         if let EventKind::Cleared = event.kind {
             let result = self.chain.apply(event);
             if let Some(table) = tables.remove(&worker) {
@@ -231,23 +259,23 @@ impl<I: KvIndex> HybridIndex for HybridIndexer<I> {
         }
         let table = tables.entry(worker).or_default();
         let runs = &self.runs;
-        let mut changes = Changes::default();
+        changes.clear();
         let mut missing = Vec::new();
         match &event.kind {
             EventKind::Stored { parent, blocks } if chain => {
-                table.store_chain(&self.canon, runs, *parent, blocks, &mut changes)
+                table.store_chain(&self.canon, runs, *parent, blocks, changes)
             }
             EventKind::Stored { blocks, .. } => {
                 for block in blocks {
-                    table.store_other(runs, group, block.seq, &mut changes);
+                    table.store_other(runs, group, block.seq, changes);
                 }
             }
             EventKind::Removed { blocks } => {
                 for &seq in blocks {
                     let removed = if chain {
-                        table.remove_chain(&self.canon, runs, seq, &mut changes)
+                        table.remove_chain(&self.canon, runs, seq, changes)
                     } else {
-                        table.remove_other(runs, group, seq, &mut changes)
+                        table.remove_other(runs, group, seq, changes)
                     };
                     if !removed {
                         missing.push(seq);
@@ -256,11 +284,11 @@ impl<I: KvIndex> HybridIndex for HybridIndexer<I> {
             }
             EventKind::Cleared => {}
         }
-        table.settle(runs, &mut changes);
+        table.settle(runs, changes);
         if table.is_empty() {
             tables.remove(&worker);
         }
-        self.commit(worker, &changes);
+        self.commit(worker, changes);
         match result {
             Ok(()) if !chain && !missing.is_empty() => Err(EventError::UnknownBlocks { missing }),
             other => other,
@@ -309,7 +337,7 @@ impl<I: KvIndex> HybridIndex for HybridIndexer<I> {
     }
 
     fn remove_worker(&self, id: u64) {
-        let mut tables = self.shard(id);
+        let tables = &mut self.shard(id).tables;
         self.chain.remove_worker(id);
         let gone: Vec<Worker> = tables.keys().filter(|w| w.id == id).copied().collect();
         for worker in gone {
@@ -320,7 +348,7 @@ impl<I: KvIndex> HybridIndex for HybridIndexer<I> {
     }
 
     fn remove_worker_dp_rank(&self, worker: Worker) {
-        let mut tables = self.shard(worker.id);
+        let tables = &mut self.shard(worker.id).tables;
         self.chain.remove_worker_dp_rank(worker);
         if let Some(table) = tables.remove(&worker) {
             self.forget(worker, table);
@@ -332,6 +360,7 @@ impl<I: KvIndex> HybridIndex for HybridIndexer<I> {
             return self.chain.block_count(worker);
         }
         self.shard(worker.id)
+            .tables
             .get(&worker)
             .map_or(0, |table| table.count_other(group))
     }
@@ -344,7 +373,7 @@ impl<I: KvIndex> HybridIndex for HybridIndexer<I> {
             .map(|e| (chain, e))
             .collect();
         for shard in self.tables.iter() {
-            for (&worker, table) in lock(shard).iter() {
+            for (&worker, table) in lock(shard).tables.iter() {
                 for (group, seqs) in table.others() {
                     events.push(dump_other(worker, group, seqs));
                 }

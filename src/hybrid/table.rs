@@ -13,6 +13,10 @@
 //! hit ending at the path) depends only on the path's ancestors, so the table keeps it per path
 //! (the tree of its paths, with each path's run of held blocks and answer) and publishes every
 //! change: a query reads one answer per worker depth instead of scanning.
+//!
+//! Blocks and paths live in two slabs linked by slot, children in intrusive sibling lists, and
+//! the per-path counters in flat arrays: following a link is an index, not a hash lookup, and a
+//! block costs no allocation of its own (paper §6.21).
 
 use super::model::ModelGroups;
 use crate::index_core::canon::{Canon, Key};
@@ -31,6 +35,13 @@ pub(super) struct Changes {
     /// `(spec, path, answer)`: the run rule of spec `spec` (an index into the model's specs)
     /// for a hit ending at `path` is now `answer` blocks (0: none).
     pub(super) answers: Vec<(u32, Key, u32)>,
+}
+
+impl Changes {
+    pub(super) fn clear(&mut self) {
+        self.held.clear();
+        self.answers.clear();
+    }
 }
 
 /// A spec whose hit ends at the last run of held blocks (a sliding window, Mamba).
@@ -94,18 +105,137 @@ impl Runs {
     }
 }
 
-/// One path of the worker's: the blocks that end it, and the run rules' state there.
+/// No slot.
+const NONE: u32 = u32::MAX;
+
+/// The groups set in `bits`, lowest first.
+fn groups_in(bits: u32) -> impl Iterator<Item = u32> + Clone {
+    (0..32u32).filter(move |g| bits & (1 << g) != 0)
+}
+
+/// Slots of values with a free list; a freed slot is reused by the next insert.
+#[derive(Debug)]
+struct Slab<T> {
+    items: Vec<T>,
+    free: Vec<u32>,
+}
+
+impl<T> Default for Slab<T> {
+    fn default() -> Self {
+        Slab {
+            items: Vec::new(),
+            free: Vec::new(),
+        }
+    }
+}
+
+impl<T> Slab<T> {
+    fn insert(&mut self, item: T) -> u32 {
+        match self.free.pop() {
+            Some(at) => {
+                self.items[at as usize] = item;
+                at
+            }
+            None => {
+                self.items.push(item);
+                (self.items.len() - 1) as u32
+            }
+        }
+    }
+
+    /// Frees `at`; its value stays until the slot is reused (the caller marks it dead).
+    fn free(&mut self, at: u32) {
+        self.free.push(at);
+    }
+}
+
+impl<T> core::ops::Index<u32> for Slab<T> {
+    type Output = T;
+    fn index(&self, at: u32) -> &T {
+        &self.items[at as usize]
+    }
+}
+
+impl<T> core::ops::IndexMut<u32> for Slab<T> {
+    fn index_mut(&mut self, at: u32) -> &mut T {
+        &mut self.items[at as usize]
+    }
+}
+
+/// Links of an intrusive list of children: a node's first child, and its own neighbours
+/// among its parent's children.
+#[derive(Clone, Copy, Debug)]
+struct Links {
+    first: u32,
+    next: u32,
+    prev: u32,
+}
+
+impl Default for Links {
+    fn default() -> Self {
+        Links {
+            first: NONE,
+            next: NONE,
+            prev: NONE,
+        }
+    }
+}
+
+/// Slab values with [`Links`] (blocks, and paths).
+trait Linked {
+    fn links(&mut self) -> &mut Links;
+}
+
+/// Puts `kid` first among `parent`'s children.
+fn link_kid<T: Linked>(slab: &mut Slab<T>, parent: u32, kid: u32) {
+    let first = slab[parent].links().first;
+    *slab[kid].links() = Links {
+        first: slab[kid].links().first,
+        next: first,
+        prev: NONE,
+    };
+    if first != NONE {
+        slab[first].links().prev = kid;
+    }
+    slab[parent].links().first = kid;
+}
+
+/// Takes `kid` out of `parent`'s children.
+fn unlink_kid<T: Linked>(slab: &mut Slab<T>, parent: u32, kid: u32) {
+    let Links { next, prev, .. } = *slab[kid].links();
+    if prev == NONE {
+        slab[parent].links().first = next;
+    } else {
+        slab[prev].links().next = next;
+    }
+    if next != NONE {
+        slab[next].links().prev = prev;
+    }
+    let links = slab[kid].links();
+    links.next = NONE;
+    links.prev = NONE;
+}
+
+/// One path of the worker's: the blocks that end it, and its place in the tree of paths. Its
+/// counters are in [`Table::held`] and [`Table::runs`], at its slot.
 #[derive(Debug)]
 struct PathNode {
+    key: Key,
     /// The worker's reachable blocks with this path (salted twins share one).
     refs: u32,
-    parent: Option<Key>,
-    children: Vec<Key>,
-    /// Per group: how many of those blocks it holds.
-    held: Box<[u32]>,
-    /// Per run spec: the run of blocks every member holds ending here (at most the spec's
-    /// length), and the rule's answer for a hit ending here.
-    runs: Box<[(u32, u32)]>,
+    /// The parent path's slot ([`NONE`] at position 0).
+    parent: u32,
+    kids: Links,
+    /// Whether the slot holds a path (a freed one may still be queued as dirty).
+    live: bool,
+    /// Whether it is queued in [`Table::dirty`].
+    dirty: bool,
+}
+
+impl Linked for PathNode {
+    fn links(&mut self) -> &mut Links {
+        &mut self.kids
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -114,26 +244,45 @@ struct Link {
     parent: Option<SeqHash>,
 }
 
-#[derive(Debug, Default)]
+/// A block the worker holds in some group, or whose held children name it.
+#[derive(Debug)]
 struct Entry {
+    seq: SeqHash,
     /// The chain group's link, while the chain group holds the block.
     link: Option<Link>,
-    /// The path, while the block is reachable in the chain group.
-    path: Option<Key>,
+    /// The slot of the link's parent ([`NONE`] without one).
+    parent: u32,
+    /// The slot of its path, while the block is reachable in the chain group.
+    path: u32,
     /// The other groups that hold the block, one bit each.
     groups: u32,
+    /// The chain group's held blocks whose link names this one: whom a change of its path
+    /// reaches.
+    kids: Links,
+}
+
+impl Linked for Entry {
+    fn links(&mut self) -> &mut Links {
+        &mut self.kids
+    }
 }
 
 /// One worker's table.
 #[derive(Debug, Default)]
 pub(super) struct Table {
-    blocks: HashMap<SeqHash, Entry, RandomState>,
-    /// The chain group's held blocks by parent: whom a change of a block's path reaches.
-    children: HashMap<SeqHash, Vec<SeqHash>, RandomState>,
-    /// The worker's paths: each reachable block's, while one holds it.
-    paths: HashMap<Key, PathNode, RandomState>,
-    /// Paths whose run state may have changed, shallowest first.
-    dirty: BinaryHeap<Reverse<Key>>,
+    slot_of: HashMap<SeqHash, u32, RandomState>,
+    blocks: Slab<Entry>,
+    path_of: HashMap<Key, u32, RandomState>,
+    paths: Slab<PathNode>,
+    /// Per path slot, per group: how many of the path's blocks the group holds.
+    held: Vec<u32>,
+    /// Per path slot, per run spec: the run of blocks every member holds ending there (at most
+    /// the spec's length), and the rule's answer for a hit ending there.
+    runs: Vec<(u32, u32)>,
+    /// Paths whose run state may have changed, shallowest first: (position, slot).
+    dirty: BinaryHeap<Reverse<(u32, u32)>>,
+    /// The blocks a refresh has yet to visit (kept to reuse its allocation).
+    stack: Vec<u32>,
 }
 
 /// The path of a block with local `local` after a block at `parent` (`None`: first); `None`
@@ -151,7 +300,24 @@ fn next_path(canon: &Canon, parent: Option<Key>, local: LocalHash) -> Option<Key
 
 impl Table {
     pub(super) fn is_empty(&self) -> bool {
-        self.blocks.is_empty()
+        self.slot_of.is_empty()
+    }
+
+    /// `seq`'s slot, made empty if it has none.
+    fn slot(&mut self, seq: SeqHash) -> u32 {
+        if let Some(&at) = self.slot_of.get(&seq) {
+            return at;
+        }
+        let at = self.blocks.insert(Entry {
+            seq,
+            link: None,
+            parent: NONE,
+            path: NONE,
+            groups: 0,
+            kids: Links::default(),
+        });
+        self.slot_of.insert(seq, at);
+        at
     }
 
     /// The chain group stored `blocks` after `parent` (the index already accepted the event).
@@ -163,24 +329,33 @@ impl Table {
         blocks: &[Block],
         out: &mut Changes,
     ) {
-        let mut parent = parent;
+        if blocks.is_empty() {
+            return;
+        }
+        let mut parent = parent.map(|p| (p, self.slot(p)));
         for block in blocks {
             let link = Link {
                 local: block.local,
-                parent,
+                parent: parent.map(|(p, _)| p),
             };
-            let entry = self.blocks.entry(block.seq).or_default();
-            let old = entry.link.replace(link);
+            let at = self.slot(block.seq);
+            let old = self.blocks[at].link.replace(link);
             if old != Some(link) {
-                if let Some(old) = old {
-                    self.unlink_child(old.parent, block.seq);
+                let old_parent = self.blocks[at].parent;
+                if old_parent != NONE {
+                    unlink_kid(&mut self.blocks, old_parent, at);
                 }
-                if let Some(p) = parent {
-                    self.children.entry(p).or_default().push(block.seq);
+                let new_parent = parent.map_or(NONE, |(_, slot)| slot);
+                if new_parent != NONE {
+                    link_kid(&mut self.blocks, new_parent, at);
                 }
-                self.refresh(canon, runs, block.seq, out);
+                self.blocks[at].parent = new_parent;
+                self.refresh(canon, runs, at, out);
+                if old_parent != NONE && old_parent != new_parent {
+                    self.drop_if_unused(old_parent);
+                }
             }
-            parent = Some(block.seq);
+            parent = Some((block.seq, at));
         }
     }
 
@@ -192,22 +367,33 @@ impl Table {
         seq: SeqHash,
         out: &mut Changes,
     ) -> bool {
-        let Some(link) = self.blocks.get_mut(&seq).and_then(|e| e.link.take()) else {
+        let Some(&at) = self.slot_of.get(&seq) else {
             return false;
         };
-        self.unlink_child(link.parent, seq);
-        self.refresh(canon, runs, seq, out);
-        self.drop_if_unused(seq);
+        if self.blocks[at].link.take().is_none() {
+            return false;
+        }
+        let parent = core::mem::replace(&mut self.blocks[at].parent, NONE);
+        if parent != NONE {
+            unlink_kid(&mut self.blocks, parent, at);
+        }
+        self.refresh(canon, runs, at, out);
+        self.drop_if_unused(at);
+        if parent != NONE {
+            self.drop_if_unused(parent);
+        }
         true
     }
 
     /// Group `group` (not the chain group) holds `seq`.
     pub(super) fn store_other(&mut self, runs: &Runs, group: u32, seq: SeqHash, out: &mut Changes) {
-        let entry = self.blocks.entry(seq).or_default();
+        let at = self.slot(seq);
+        let entry = &mut self.blocks[at];
         let bit = 1 << group;
         if entry.groups & bit == 0 {
             entry.groups |= bit;
-            if let Some(path) = entry.path {
+            let path = entry.path;
+            if path != NONE {
                 self.count(runs, group, path, 1, out);
             }
         }
@@ -222,14 +408,19 @@ impl Table {
         out: &mut Changes,
     ) -> bool {
         let bit = 1 << group;
-        let Some(entry) = self.blocks.get_mut(&seq).filter(|e| e.groups & bit != 0) else {
+        let Some(&at) = self.slot_of.get(&seq) else {
             return false;
         };
+        let entry = &mut self.blocks[at];
+        if entry.groups & bit == 0 {
+            return false;
+        }
         entry.groups &= !bit;
-        if let Some(path) = entry.path {
+        let path = entry.path;
+        if path != NONE {
             self.count(runs, group, path, -1, out);
         }
-        self.drop_if_unused(seq);
+        self.drop_if_unused(at);
         true
     }
 
@@ -238,24 +429,24 @@ impl Table {
     /// goes.
     pub(super) fn retraction(&self, runs: &Runs) -> Changes {
         let held = self
-            .blocks
+            .slot_of
             .values()
+            .map(|&at| &self.blocks[at])
+            .filter(|entry| entry.path != NONE)
             .flat_map(|entry| {
-                let groups = entry.groups & !runs.watched;
-                entry.path.into_iter().flat_map(move |path| {
-                    (0..32u32)
-                        .filter(move |g| groups & (1 << g) != 0)
-                        .map(move |g| (g, path, -1))
-                })
+                let path = self.paths[entry.path].key;
+                groups_in(entry.groups & !runs.watched).map(move |g| (g, path, -1))
             })
             .collect();
+        let specs = runs.specs.len();
         let answers = self
-            .paths
+            .path_of
             .iter()
-            .flat_map(|(&path, node)| {
+            .flat_map(|(&path, &at)| {
+                let node_runs = &self.runs[at as usize * specs..][..specs];
                 runs.specs
                     .iter()
-                    .zip(node.runs.iter())
+                    .zip(node_runs)
                     .filter(|(_, (_, answer))| *answer > 0)
                     .map(move |(spec, _)| (spec.spec, path, 0))
             })
@@ -266,11 +457,12 @@ impl Table {
     /// The blocks each group but the chain group holds, by group (groups holding none left out).
     pub(super) fn others(&self) -> Vec<(u32, Vec<SeqHash>)> {
         let mut by_group: Vec<(u32, Vec<SeqHash>)> = Vec::new();
-        for (&seq, entry) in &self.blocks {
-            for group in (0..32u32).filter(|g| entry.groups & (1 << g) != 0) {
+        for &at in self.slot_of.values() {
+            let entry = &self.blocks[at];
+            for group in groups_in(entry.groups) {
                 match by_group.iter_mut().find(|(g, _)| *g == group) {
-                    Some((_, seqs)) => seqs.push(seq),
-                    None => by_group.push((group, vec![seq])),
+                    Some((_, seqs)) => seqs.push(entry.seq),
+                    None => by_group.push((group, vec![entry.seq])),
                 }
             }
         }
@@ -280,90 +472,100 @@ impl Table {
     /// How many blocks `group` (not the chain group) holds.
     pub(super) fn count_other(&self, group: u32) -> usize {
         let bit = 1 << group;
-        self.blocks.values().filter(|e| e.groups & bit != 0).count()
+        (self.slot_of.values())
+            .filter(|&&at| self.blocks[at].groups & bit != 0)
+            .count()
     }
 
-    fn unlink_child(&mut self, parent: Option<SeqHash>, seq: SeqHash) {
-        let Some(p) = parent else { return };
-        if let Some(kids) = self.children.get_mut(&p) {
-            if let Some(at) = kids.iter().position(|&k| k == seq) {
-                kids.swap_remove(at);
-            }
-            if kids.is_empty() {
-                self.children.remove(&p);
-            }
+    /// Frees `at` when no group holds it and no held block names it.
+    fn drop_if_unused(&mut self, at: u32) {
+        let entry = &self.blocks[at];
+        if entry.link.is_none() && entry.groups == 0 && entry.kids.first == NONE {
+            self.slot_of.remove(&entry.seq);
+            self.blocks.free(at);
         }
     }
 
-    fn drop_if_unused(&mut self, seq: SeqHash) {
-        if self
-            .blocks
-            .get(&seq)
-            .is_some_and(|e| e.link.is_none() && e.groups == 0)
-        {
-            self.blocks.remove(&seq);
-        }
-    }
-
-    /// One more (`change` 1) or one fewer (-1) of `group`'s blocks holds `path`.
-    fn count(&mut self, runs: &Runs, group: u32, path: Key, change: i32, out: &mut Changes) {
+    /// One more (`change` 1) or one fewer (-1) of `group`'s blocks holds path slot `path`.
+    fn count(&mut self, runs: &Runs, group: u32, path: u32, change: i32, out: &mut Changes) {
         if runs.watched & (1 << group) == 0 {
-            out.held.push((group, path, change));
+            out.held.push((group, self.paths[path].key, change));
             return;
         }
-        if let Some(node) = self.paths.get_mut(&path) {
-            let held = &mut node.held[group as usize];
-            *held = held.saturating_add_signed(change);
-            self.dirty.push(Reverse(path));
+        let held = &mut self.held[path as usize * runs.groups + group as usize];
+        *held = held.saturating_add_signed(change);
+        self.mark_dirty(path);
+    }
+
+    fn mark_dirty(&mut self, path: u32) {
+        let node = &mut self.paths[path];
+        if !node.dirty {
+            node.dirty = true;
+            self.dirty.push(Reverse((node.key.pos, path)));
         }
     }
 
-    /// One more block ends `path`, whose parent path is `parent`.
-    fn attach(&mut self, runs: &Runs, path: Key, parent: Option<Key>) {
-        use std::collections::hash_map::Entry as Slot;
-        match self.paths.entry(path) {
-            Slot::Occupied(mut node) => node.get_mut().refs += 1,
-            Slot::Vacant(slot) => {
-                slot.insert(PathNode {
-                    refs: 1,
-                    parent,
-                    children: Vec::new(),
-                    held: vec![0; runs.groups].into_boxed_slice(),
-                    runs: vec![(0, 0); runs.specs.len()].into_boxed_slice(),
-                });
-                if let Some(parent) = parent.and_then(|p| self.paths.get_mut(&p)) {
-                    parent.children.push(path);
-                }
-                if !runs.specs.is_empty() {
-                    self.dirty.push(Reverse(path));
-                }
-            }
+    /// One more block ends `path`, whose parent path has slot `parent`; returns its slot.
+    fn attach(&mut self, runs: &Runs, path: Key, parent: u32) -> u32 {
+        if let Some(&at) = self.path_of.get(&path) {
+            self.paths[at].refs += 1;
+            return at;
         }
+        let at = self.paths.insert(PathNode {
+            key: path,
+            refs: 1,
+            parent,
+            kids: Links::default(),
+            live: true,
+            dirty: false,
+        });
+        self.path_of.insert(path, at);
+        let (groups, specs) = (runs.groups, runs.specs.len());
+        let end = (at as usize + 1) * groups;
+        if self.held.len() < end {
+            self.held.resize(end, 0);
+        }
+        self.held[at as usize * groups..end].fill(0);
+        let end = (at as usize + 1) * specs;
+        if self.runs.len() < end {
+            self.runs.resize(end, (0, 0));
+        }
+        self.runs[at as usize * specs..end].fill((0, 0));
+        if parent != NONE {
+            link_kid(&mut self.paths, parent, at);
+        }
+        if specs > 0 {
+            self.mark_dirty(at);
+        }
+        at
     }
 
-    /// One fewer block ends `path`; a path without blocks or children goes, and so may its
-    /// parent, with their published answers.
-    fn detach(&mut self, runs: &Runs, path: Key, out: &mut Changes) {
-        if let Some(node) = self.paths.get_mut(&path) {
-            node.refs -= 1;
-        }
+    /// One fewer block ends path slot `path`; a path without blocks or children goes, and so
+    /// may its parent, with their published answers.
+    fn detach(&mut self, runs: &Runs, path: u32, out: &mut Changes) {
+        self.paths[path].refs -= 1;
+        let specs = runs.specs.len();
         let mut at = path;
-        while let Some(node) = self.paths.get(&at) {
-            if node.refs > 0 || !node.children.is_empty() {
+        loop {
+            let node = &self.paths[at];
+            if node.refs > 0 || node.kids.first != NONE {
                 break;
             }
-            let node = self.paths.remove(&at).expect("looked up above");
-            for (spec, &(_, answer)) in runs.specs.iter().zip(node.runs.iter()) {
+            let (key, parent) = (node.key, node.parent);
+            let node_runs = &self.runs[at as usize * specs..][..specs];
+            for (spec, &(_, answer)) in runs.specs.iter().zip(node_runs) {
                 if answer > 0 {
-                    out.answers.push((spec.spec, at, 0));
+                    out.answers.push((spec.spec, key, 0));
                 }
             }
-            let Some(parent) = node.parent else { break };
-            if let Some(p) = self.paths.get_mut(&parent)
-                && let Some(i) = p.children.iter().position(|&c| c == at)
-            {
-                p.children.swap_remove(i);
+            self.path_of.remove(&key);
+            self.paths[at].live = false;
+            self.paths[at].dirty = false;
+            self.paths.free(at);
+            if parent == NONE {
+                break;
             }
+            unlink_kid(&mut self.paths, parent, at);
             at = parent;
         }
     }
@@ -371,19 +573,23 @@ impl Table {
     /// Recomputes the run state of every dirty path, parents before children, and publishes
     /// the answers that changed: once per event, after its blocks.
     pub(super) fn settle(&mut self, runs: &Runs, out: &mut Changes) {
-        while let Some(Reverse(path)) = self.dirty.pop() {
-            let Some(node) = self.paths.get(&path) else {
+        let (groups, specs) = (runs.groups, runs.specs.len());
+        while let Some(Reverse((_, at))) = self.dirty.pop() {
+            let node = &mut self.paths[at];
+            if !node.live || !node.dirty {
                 continue;
-            };
-            let above = node.parent.and_then(|p| self.paths.get(&p));
-            let ends = path.pos + 1;
+            }
+            node.dirty = false;
+            let (key, parent) = (node.key, node.parent);
+            let ends = key.pos + 1;
+            let held = &self.held[at as usize * groups..][..groups];
             let mut changed = false;
-            let mut next = node.runs.clone();
-            for (at, spec) in runs.specs.iter().enumerate() {
-                let (parent_run, parent_answer) = above.map_or((0, 0), |a| a.runs[at]);
-                let all_hold = (0..runs.groups)
-                    .filter(|&g| spec.members & (1 << g) != 0)
-                    .all(|g| node.held[g] > 0);
+            for (s, spec) in runs.specs.iter().enumerate() {
+                let (parent_run, parent_answer) = match parent {
+                    NONE => (0, 0),
+                    p => self.runs[p as usize * specs + s],
+                };
+                let all_hold = groups_in(spec.members).all(|g| held[g as usize] > 0);
                 let run = if all_hold {
                     (parent_run + 1).min(spec.blocks)
                 } else {
@@ -396,64 +602,77 @@ impl Table {
                 } else {
                     parent_answer
                 };
-                if next[at] != (run, answer) {
-                    if next[at].1 != answer {
-                        out.answers.push((spec.spec, path, answer));
+                let slot = &mut self.runs[at as usize * specs + s];
+                if *slot != (run, answer) {
+                    if slot.1 != answer {
+                        out.answers.push((spec.spec, key, answer));
                     }
-                    next[at] = (run, answer);
+                    *slot = (run, answer);
                     changed = true;
                 }
             }
             if changed {
-                let node = self.paths.get_mut(&path).expect("looked up above");
-                node.runs = next;
-                self.dirty.extend(node.children.iter().map(|&c| Reverse(c)));
+                let mut kid = self.paths[at].kids.first;
+                while kid != NONE {
+                    self.mark_dirty(kid);
+                    kid = self.paths[kid].kids.next;
+                }
             }
         }
     }
 
-    /// Recomputes `seq`'s path from its link and its parent's path, and, where it changed,
-    /// its groups' pairs and its children's paths (a walk that stops where nothing changes,
-    /// so a cycle of parents, whose paths are all undefined, ends it).
-    fn refresh(&mut self, canon: &Canon, runs: &Runs, seq: SeqHash, out: &mut Changes) {
-        let mut stack = vec![seq];
-        while let Some(seq) = stack.pop() {
-            let Some(entry) = self.blocks.get(&seq) else {
-                continue;
-            };
-            // The new path, and its parent path.
+    /// Recomputes block slot `at`'s path from its link and its parent's path, and, where it
+    /// changed, its groups' pairs and its children's paths (a walk that stops where nothing
+    /// changes, so a cycle of parents, whose paths are all undefined, ends it).
+    fn refresh(&mut self, canon: &Canon, runs: &Runs, at: u32, out: &mut Changes) {
+        let mut stack = core::mem::take(&mut self.stack);
+        stack.push(at);
+        while let Some(at) = stack.pop() {
+            let entry = &self.blocks[at];
+            // The new path, and its parent path's slot.
             let placed = entry.link.and_then(|link| match link.parent {
-                None => Some((next_path(canon, None, link.local)?, None)),
-                Some(p) => {
-                    let parent = self.blocks.get(&p).and_then(|e| e.path)?;
-                    Some((next_path(canon, Some(parent), link.local)?, Some(parent)))
+                None => Some((next_path(canon, None, link.local)?, NONE)),
+                Some(_) => {
+                    let parent = self.blocks[entry.parent].path;
+                    if parent == NONE {
+                        return None;
+                    }
+                    let key = self.paths[parent].key;
+                    Some((next_path(canon, Some(key), link.local)?, parent))
                 }
             });
-            let path = placed.map(|(path, _)| path);
-            let Some(entry) = self.blocks.get_mut(&seq) else {
-                continue;
+            let old = entry.path;
+            let unchanged = match placed {
+                None => old == NONE,
+                Some((key, _)) => old != NONE && self.paths[old].key == key,
             };
-            if entry.path == path {
+            if unchanged {
                 continue;
             }
-            let old = core::mem::replace(&mut entry.path, path);
-            let groups = entry.groups;
-            let held = (0..32u32).filter(|g| groups & (1 << g) != 0);
-            if let Some(old) = old {
+            let held = groups_in(entry.groups);
+            if old != NONE {
                 for group in held.clone() {
                     self.count(runs, group, old, -1, out);
                 }
                 self.detach(runs, old, out);
             }
-            if let Some((new, parent)) = placed {
-                self.attach(runs, new, parent);
-                for group in held {
-                    self.count(runs, group, new, 1, out);
+            let new = match placed {
+                Some((key, parent)) => {
+                    let new = self.attach(runs, key, parent);
+                    for group in held {
+                        self.count(runs, group, new, 1, out);
+                    }
+                    new
                 }
-            }
-            if let Some(kids) = self.children.get(&seq) {
-                stack.extend_from_slice(kids);
+                None => NONE,
+            };
+            self.blocks[at].path = new;
+            let mut kid = self.blocks[at].kids.first;
+            while kid != NONE {
+                stack.push(kid);
+                kid = self.blocks[kid].kids.next;
             }
         }
+        self.stack = stack;
     }
 }
