@@ -37,10 +37,16 @@ pub(super) struct Changes {
     pub(super) answers: Vec<(u32, Key, u32)>,
 }
 
+/// Changes a reused [`Changes`] keeps room for; a larger event's room goes back after it.
+const KEPT_CHANGES: usize = 1024;
+
 impl Changes {
+    /// Empties both lists for the next event, keeping room for [`KEPT_CHANGES`] of each.
     pub(super) fn clear(&mut self) {
         self.held.clear();
         self.answers.clear();
+        self.held.shrink_to(KEPT_CHANGES);
+        self.answers.shrink_to(KEPT_CHANGES);
     }
 }
 
