@@ -4,8 +4,9 @@
 //! Many deployments have no KV events: switched off, engines without them, managed endpoints.
 //! A router can still route by prefix if it remembers where it sent each request: the worker
 //! that served a prompt has probably cached it, for a while. [`ApproximateIndexer`] keeps those
-//! predictions as ordinary entries of any [`KvIndex`], so queries, layouts and their speed are
-//! the same as in exact mode:
+//! predictions beside any [`KvIndex`] (which indexes the workers that do publish events), in one
+//! compressed trie of every predicted worker's chains that a query walks once, so that a
+//! decision costs a few times an exact query (paper, section 6.28):
 //!
 //! - [`record_routing`](ApproximateIndexer::record_routing) predicts that a worker now caches a
 //!   request's chain of local hashes, and [`release`](ApproximateIndexer::release) says the
@@ -51,6 +52,8 @@
 //! ```
 
 pub mod decision;
+mod fleet;
+mod holders;
 mod log;
 mod naive;
 mod predictions;
@@ -71,7 +74,7 @@ pub use share::{DEFAULT_PIN_LEASE, ShareStats, SharedApproximateIndexer};
 use crate::error::EventError;
 use crate::index::KvIndex;
 use crate::scores::OverlapScores;
-use crate::sync::{Mutex, RwLock, lock, read, write};
+use crate::sync::{RwLock, read, write};
 use crate::types::{Event, EventView, LocalHash, SeqHash, Worker};
 use core::time::Duration;
 use foldhash::fast::RandomState;
@@ -80,14 +83,15 @@ use std::collections::HashSet;
 
 /// An index of predicted caches over any [`KvIndex`] (see [the module](self)).
 ///
-/// `I` holds both the predicted blocks and the exact blocks of workers that publish events.
-/// Queries go straight to it, lock-free as ever. Routing decisions and releases take one lock,
-/// under which they update the predictions and apply the events that mirror them. Engines'
-/// events of workers already exact only read a set of them, so they never wait on decisions.
+/// `I` holds the blocks of workers that publish events; the predictions, with the trie of
+/// predicted chains, are behind one read-write lock. A query asks `I` (lock-free as ever) and
+/// walks the predicted chains under the read lock; routing decisions and releases take the
+/// write lock. Engines' events of workers already exact only read a set of them, so they never
+/// wait on decisions.
 #[derive(Debug)]
 pub struct ApproximateIndexer<I> {
     index: I,
-    predictions: Mutex<Predictions>,
+    predictions: RwLock<Predictions>,
     /// The exact workers, as in `predictions`: written under its lock, read without it.
     exact: RwLock<HashSet<Worker, RandomState>>,
 }
@@ -112,19 +116,19 @@ impl<I: KvIndex> ApproximateIndexer<I> {
     pub fn with_index(index: I, retention: Retention) -> Self {
         Self {
             index,
-            predictions: Mutex::new(Predictions::new(retention)),
+            predictions: RwLock::new(Predictions::new(retention)),
             exact: RwLock::default(),
         }
     }
 
-    /// The index underneath, holding predicted and exact blocks alike.
+    /// The index underneath, holding the exact workers' blocks (predicted ones are not in it).
     pub fn index(&self) -> &I {
         &self.index
     }
 
     /// How predictions are kept.
     pub fn retention(&self) -> Retention {
-        lock(&self.predictions).retention()
+        read(&self.predictions).retention()
     }
 
     /// Predicts that `worker` caches the chain `locals` from `now` on: the router has just sent
@@ -136,11 +140,7 @@ impl<I: KvIndex> ApproximateIndexer<I> {
     /// Does nothing but move the clock for a worker that publishes events (it is exact), or for
     /// an empty chain. The returned [`Routed`] is for [`release`](Self::release).
     pub fn record_routing(&self, worker: Worker, locals: &[LocalHash], now: Duration) -> Routed {
-        let mut predictions = lock(&self.predictions);
-        let mut events = Vec::new();
-        let routed = predictions.route(worker, locals, now, &mut events);
-        self.apply_predicted(&events);
-        routed
+        write(&self.predictions).route(worker, locals, now)
     }
 
     /// The request `routed` finished at `now`: its blocks stop being pinned and become
@@ -151,63 +151,44 @@ impl<I: KvIndex> ApproximateIndexer<I> {
     ///
     /// [`ForeignRouted`], changing nothing, if another index routed the request.
     pub fn release(&self, routed: Routed, now: Duration) -> Result<(), ForeignRouted> {
-        let mut predictions = lock(&self.predictions);
-        let mut events = Vec::new();
-        predictions.release(routed, now, &mut events)?;
-        self.apply_predicted(&events);
-        Ok(())
+        write(&self.predictions).release(routed, now)
     }
 
     /// Moves the clock to `now` and drops predictions whose time to live has passed. Time never
     /// goes backwards: an earlier `now` than one already seen counts as that one.
     pub fn expire(&self, now: Duration) {
-        let mut predictions = lock(&self.predictions);
-        let mut events = Vec::new();
-        predictions.advance(now, &mut events);
-        self.apply_predicted(&events);
+        write(&self.predictions).advance(now);
     }
 
     /// Whether `worker` has published an event, and so is indexed exactly.
     pub fn is_exact(&self, worker: Worker) -> bool {
-        lock(&self.predictions).is_exact(worker)
+        read(&self.predictions).is_exact(worker)
     }
 
     /// Blocks `worker` is predicted to hold (0 for an exact worker).
     pub fn predicted_blocks(&self, worker: Worker) -> usize {
-        lock(&self.predictions).predicted_blocks(worker)
-    }
-
-    /// Applies the events that mirror a change of the predictions (under their lock). They are
-    /// valid by construction: stores continue predicted chains, removes name predicted leaves.
-    fn apply_predicted(&self, events: &[Event]) {
-        for event in events {
-            // A failure here would need two prefixes of one chain to share an XXH3 sequence
-            // hash; the index then rejects the store whole and stays consistent.
-            let _ = self.index.apply(event);
-        }
+        read(&self.predictions).predicted_blocks(worker)
     }
 }
 
 impl<I: KvIndex> ApproximateIndexer<I> {
-    /// Before each engine event of `worker`: the first drops its predictions from the index and
-    /// marks it exact; later ones only see that it is.
+    /// Before each engine event of `worker`: the first drops its predictions and marks it
+    /// exact; later ones only see that it is.
     fn make_exact(&self, worker: Worker) {
         if read(&self.exact).contains(&worker) {
             return;
         }
-        let mut predictions = lock(&self.predictions);
-        if !predictions.is_exact(worker)
-            && let Some(clear) = predictions.make_exact(worker)
-        {
-            self.apply_predicted(&[clear]);
+        let mut predictions = write(&self.predictions);
+        if !predictions.is_exact(worker) {
+            predictions.make_exact(worker);
         }
         write(&self.exact).insert(worker);
     }
 }
 
 impl<I: KvIndex> KvIndex for ApproximateIndexer<I> {
-    /// Applies an engine's event exactly. The first event of a worker drops its predictions
-    /// (clearing them from the index) and marks it exact: routing decisions no longer change it.
+    /// Applies an engine's event exactly. The first event of a worker drops its predictions and
+    /// marks it exact: routing decisions no longer change it.
     fn apply(&self, event: &Event) -> Result<(), EventError> {
         self.make_exact(event.worker);
         self.index.apply(event)
@@ -218,14 +199,23 @@ impl<I: KvIndex> KvIndex for ApproximateIndexer<I> {
         self.index.apply_view(event)
     }
 
+    /// The exact workers' depths from the index (skipped while no worker is exact: it is
+    /// empty), then the predicted workers' from one walk of their chains.
     fn find_matches(&self, query: &[LocalHash]) -> OverlapScores {
-        self.index.find_matches(query)
+        let any_exact = !read(&self.exact).is_empty();
+        let mut scores = if any_exact {
+            self.index.find_matches(query)
+        } else {
+            OverlapScores::new()
+        };
+        read(&self.predictions).fleet.find(query, &mut scores);
+        scores
     }
 
     /// Drops every worker with that id, predicted or exact; a worker that comes back starts
     /// predicted again.
     fn remove_worker(&self, id: u64) {
-        let mut predictions = lock(&self.predictions);
+        let mut predictions = write(&self.predictions);
         {
             let mut exact = write(&self.exact);
             for &rank in predictions.ranks(id) {
@@ -238,7 +228,7 @@ impl<I: KvIndex> KvIndex for ApproximateIndexer<I> {
     }
 
     fn remove_worker_dp_rank(&self, worker: Worker) {
-        let mut predictions = lock(&self.predictions);
+        let mut predictions = write(&self.predictions);
         {
             let mut exact = write(&self.exact);
             exact.remove(&worker);
@@ -249,20 +239,27 @@ impl<I: KvIndex> KvIndex for ApproximateIndexer<I> {
     }
 
     fn block_count(&self, worker: Worker) -> usize {
-        self.index.block_count(worker)
+        self.index.block_count(worker) + read(&self.predictions).predicted_blocks(worker)
     }
 
+    /// For a predicted worker, `seq` names a block as [`dump`](KvIndex::dump) does (the XXH3
+    /// sequence hash of its chain); this walks the worker's predictions, for inspection only.
     fn holds(&self, worker: Worker, seq: SeqHash) -> bool {
-        self.index.holds(worker, seq)
+        self.index.holds(worker, seq) || read(&self.predictions).holds(worker, seq)
     }
 
     fn block_counts(&self) -> Vec<(Worker, usize)> {
-        self.index.block_counts()
+        let mut counts = self.index.block_counts();
+        counts.extend(read(&self.predictions).block_counts());
+        counts
     }
 
-    /// The index's dump: exact and predicted blocks alike, as stores.
+    /// The index's dump (the exact workers), then every predicted worker's blocks as stores,
+    /// named by the XXH3 sequence hashes of their chains.
     fn dump(&self) -> Vec<Event> {
-        self.index.dump()
+        let mut events = self.index.dump();
+        read(&self.predictions).dump(&mut events);
+        events
     }
 
     fn flush_retired(&self) {

@@ -1,5 +1,5 @@
-//! The predicted caches: which blocks each worker is believed to hold, and the events that keep
-//! the index in step with that belief. Pure bookkeeping; nothing here touches an index.
+//! The predicted caches: which blocks each worker is believed to hold, and the [`Fleet`] trie
+//! that queries walk, kept in step with that belief. Nothing here touches an index.
 //!
 //! The semantics are per block (the naive model states them): a routed chain of `n` blocks
 //! takes the ticks `base .. base + n`, tail first, and touch time `now`; a capacity evicts the
@@ -25,6 +25,7 @@
 //! along each node's blocks), one step per node on the path, and the work of its new blocks.
 //! How it was measured against the per-block bookkeeping it replaced: paper, section 6.25.
 
+use super::fleet::{FLEET_ROOT, Fleet};
 use super::retention::Retention;
 use super::routed::{ForeignRouted, Routed, index_tag};
 use crate::hash;
@@ -52,8 +53,11 @@ struct Node {
     parent: u32,
     /// Position of the first block.
     start: u32,
-    blocks: Vec<Block>,
-    children: Vec<u32>,
+    locals: Vec<LocalHash>,
+    /// The fleet node this node's last block ends (see [`Fleet`]).
+    fleet: u32,
+    /// Children, each with its first local (a walk reads no child's node but the one it takes).
+    children: Vec<(LocalHash, u32)>,
     latest: Touch,
     /// Running requests whose chains go through the node (a pinned node is never evicted nor
     /// expired).
@@ -65,7 +69,7 @@ struct Node {
 impl Node {
     /// The tick of the node's last block.
     fn last_tick(&self) -> u64 {
-        let last = u64::from(self.start) + self.blocks.len() as u64 - 1;
+        let last = u64::from(self.start) + self.locals.len() as u64 - 1;
         self.latest.base + u64::from(self.latest.len) - 1 - last
     }
 }
@@ -73,6 +77,7 @@ impl Node {
 /// One worker's predicted blocks.
 #[derive(Debug)]
 struct Trie {
+    worker: Worker,
     nodes: Vec<Node>,
     free: Vec<u32>,
     blocks: usize,
@@ -86,13 +91,15 @@ struct Trie {
 }
 
 impl Trie {
-    fn new(serial: &mut u64) -> Self {
+    fn new(worker: Worker, serial: &mut u64) -> Self {
         *serial += 1;
         Trie {
+            worker,
             nodes: vec![Node {
                 parent: ROOT,
                 start: 0,
-                blocks: Vec::new(),
+                locals: Vec::new(),
+                fleet: FLEET_ROOT,
                 children: Vec::new(),
                 latest: Touch {
                     base: 0,
@@ -134,32 +141,39 @@ impl Trie {
     /// The child of `at` whose first block has local `local`.
     fn child(&self, at: u32, local: LocalHash) -> Option<u32> {
         (self.node(at).children.iter())
-            .copied()
-            .find(|&c| self.node(c).blocks[0].local == local)
+            .find(|&&(first, _)| first == local)
+            .map(|&(_, child)| child)
     }
 
     /// Splits `at` after its first `keep` blocks: a new node takes them, between `at` and its
     /// parent, so that `at` keeps its identity (its owners and heap entries stay current).
-    fn split(&mut self, at: u32, keep: usize, serial: &mut u64) -> u32 {
+    fn split(&mut self, at: u32, keep: usize, serial: &mut u64, fleet: &mut Fleet) -> u32 {
         let node = self.node_mut(at);
-        let tail = node.blocks.split_off(keep);
-        let head_blocks = core::mem::replace(&mut node.blocks, tail);
+        let tail = node.locals.split_off(keep);
+        let head_locals = core::mem::replace(&mut node.locals, tail);
         let (parent, start, latest) = (node.parent, node.start, node.latest);
+        let tail_first = node.locals[0];
         node.start += keep as u32;
+        let head_fleet = fleet.boundary(node.fleet, node.start);
+        fleet.end(head_fleet);
         *serial += 1;
         let head = self.add(Node {
             parent,
             start,
-            blocks: head_blocks,
-            children: vec![at],
+            locals: head_locals,
+            fleet: head_fleet,
+            children: vec![(tail_first, at)],
             latest,
             pins: self.node(at).pins,
             serial: *serial,
         });
         self.node_mut(at).parent = head;
         let siblings = &mut self.node_mut(parent).children;
-        let slot = siblings.iter().position(|&c| c == at).expect("a child");
-        siblings[slot] = head;
+        let slot = siblings
+            .iter()
+            .position(|&(_, c)| c == at)
+            .expect("a child");
+        siblings[slot].1 = head;
         head
     }
 
@@ -179,7 +193,7 @@ impl Trie {
         node.serial == serial
             && node.children.is_empty()
             && node.pins == 0
-            && !node.blocks.is_empty()
+            && !node.locals.is_empty()
             && node.last_tick() == tick
     }
 
@@ -199,7 +213,7 @@ impl Trie {
         let parent = self.node(at).parent;
         let base = self.node(at).latest.base;
         let siblings = &mut self.node_mut(parent).children;
-        if let Some(slot) = siblings.iter().position(|&c| c == at) {
+        if let Some(slot) = siblings.iter().position(|&(_, c)| c == at) {
             siblings.swap_remove(slot);
         }
         // The decision it ended now ends at its parent, if it went through it.
@@ -211,7 +225,7 @@ impl Trie {
             }
         }
         let node = self.node_mut(at);
-        node.blocks = Vec::new();
+        node.locals = Vec::new();
         node.children = Vec::new();
         // No heap entry names serial 0 (serials start at 1).
         node.serial = 0;
@@ -219,12 +233,30 @@ impl Trie {
         parent
     }
 
+    /// Drops the blocks of `at` after its first `keep`, from the fleet too.
+    fn shorten(&mut self, at: u32, keep: usize, fleet: &mut Fleet) {
+        let worker = self.worker;
+        let node = &mut self.nodes[at as usize];
+        let (old, pos) = (node.fleet, node.start + keep as u32);
+        self.blocks -= node.locals.len() - keep;
+        node.locals.truncate(keep);
+        if keep > 0 && fleet.truncate_alone(worker, old, pos) {
+            return;
+        }
+        let boundary = fleet.boundary(old, pos);
+        if keep > 0 {
+            fleet.end(boundary);
+            self.node_mut(at).fleet = boundary;
+        }
+        fleet.cut(worker, old, pos);
+    }
+
     /// Evicts up to `count` blocks, least recently touched first, of those with a tick below
-    /// `below`, into `out`; returns how many.
+    /// `below`; returns how many.
     ///
     /// The oldest leaf's blocks all come from its latest decision's range of ticks, which no
     /// other leaf's tick is in: they go one after the other with no other leaf's in between.
-    fn evict(&mut self, count: usize, below: u64, out: &mut Vec<SeqHash>) -> usize {
+    fn evict(&mut self, count: usize, below: u64, fleet: &mut Fleet) -> usize {
         let mut done = 0;
         while done < count {
             let Some((tick, at)) = self.oldest() else {
@@ -234,11 +266,10 @@ impl Trie {
                 break;
             }
             self.leaves.pop();
-            let node = self.node_mut(at);
-            let take = (count - done).min(node.blocks.len());
-            let keep = node.blocks.len() - take;
-            out.extend(node.blocks.drain(keep..).rev().map(|b| b.seq));
-            self.blocks -= take;
+            let len = self.node(at).locals.len();
+            let take = (count - done).min(len);
+            let keep = len - take;
+            self.shorten(at, keep, fleet);
             done += take;
             if keep == 0 {
                 let parent = self.drop_node(at);
@@ -264,6 +295,23 @@ impl Trie {
         self.owners.insert(touch.base, end);
         self.list_leaf(end);
         self.compact();
+    }
+
+    /// Calls `visit` with each node's blocks and its parent's last sequence hash, parents
+    /// first.
+    fn walk(&self, mut visit: impl FnMut(Option<SeqHash>, &[Block])) {
+        let mut stack: Vec<(u32, Option<SeqHash>)> = vec![(ROOT, None)];
+        while let Some((at, parent)) = stack.pop() {
+            for &(_, child) in &self.node(at).children {
+                let locals = &self.node(child).locals;
+                let blocks: Vec<Block> =
+                    (locals.iter().zip(hash::seq_hashes_after(parent, locals)))
+                        .map(|(&local, seq)| Block::new(local, seq))
+                        .collect();
+                visit(parent, &blocks);
+                stack.push((child, blocks.last().map(|b| b.seq)));
+            }
+        }
     }
 
     /// Drops stale heap entries once they outnumber the nodes.
@@ -298,6 +346,8 @@ pub(crate) struct Predictions {
     tag: u64,
     next_request: u64,
     workers: HashMap<Worker, Trie, RandomState>,
+    /// Every worker's predicted chains in one trie, for queries.
+    pub(super) fleet: Fleet,
     exact: HashSet<Worker, RandomState>,
     ranks: HashMap<u64, Vec<u32>, RandomState>,
     /// One entry per decision, in time order (lazy: current while its decision owns a node).
@@ -318,6 +368,7 @@ impl Predictions {
             tag: index_tag(),
             next_request: 0,
             workers: HashMap::default(),
+            fleet: Fleet::default(),
             exact: HashSet::default(),
             ranks: HashMap::default(),
             expiry: VecDeque::new(),
@@ -338,21 +389,46 @@ impl Predictions {
         self.workers.get(&worker).map_or(0, |t| t.blocks)
     }
 
+    /// Every predicted worker's blocks, as stores of each trie node under its parent, with the
+    /// XXH3 sequence hashes of their chains (predicted blocks have no engine's hashes).
+    pub(crate) fn dump(&self, out: &mut Vec<Event>) {
+        for trie in self.workers.values() {
+            trie.walk(|parent, blocks| {
+                out.push(Event::stored(trie.worker, 0, parent, blocks.to_vec()));
+            });
+        }
+    }
+
+    /// Whether `worker` is predicted to hold the block of sequence hash `seq` (as [`dump`]
+    /// names it). Walks the worker's whole trie: for inspection, not for routing.
+    pub(crate) fn holds(&self, worker: Worker, seq: SeqHash) -> bool {
+        let mut found = false;
+        if let Some(trie) = self.workers.get(&worker) {
+            trie.walk(|_, blocks| found |= blocks.iter().any(|b| b.seq == seq));
+        }
+        found
+    }
+
+    /// Each predicted worker's block count, for those with blocks.
+    pub(crate) fn block_counts(&self) -> impl Iterator<Item = (Worker, usize)> + '_ {
+        (self.workers.iter())
+            .filter(|(_, t)| t.blocks > 0)
+            .map(|(w, t)| (*w, t.blocks))
+    }
+
     /// The ranks of worker `id` that are predicted or exact.
     pub(crate) fn ranks(&self, id: u64) -> &[u32] {
         self.ranks.get(&id).map_or(&[], Vec::as_slice)
     }
 
     /// Moves the clock to `now` (never backwards) and expires what its time to live has passed.
-    pub(crate) fn advance(&mut self, now: Duration, out: &mut Vec<Event>) {
+    pub(crate) fn advance(&mut self, now: Duration) {
         self.now = self.now.max(now);
         let Some(ttl) = self.ttl else {
             return;
         };
         let now = self.now;
         let expired = |t: &Touch| t.at.saturating_add(ttl) <= now;
-        let mut removed: Vec<(Worker, Vec<SeqHash>)> = Vec::new();
-        let mut slot_of: HashMap<Worker, usize, RandomState> = HashMap::default();
         while let Some(&(at, base, worker)) = self.expiry.front() {
             if at.saturating_add(ttl) > now {
                 break;
@@ -372,15 +448,8 @@ impl Predictions {
             }
             // Deeper decisions are older and expired first (or are pinned, and so is this).
             debug_assert!(trie.node(node).children.is_empty());
-            let slot = *slot_of.entry(worker).or_insert_with(|| {
-                removed.push((worker, Vec::new()));
-                removed.len() - 1
-            });
-            let seqs = &mut removed[slot].1;
             loop {
-                let n = trie.node(node);
-                seqs.extend(n.blocks.iter().rev().map(|b| b.seq));
-                trie.blocks -= n.blocks.len();
+                trie.shorten(node, 0, &mut self.fleet);
                 let parent = trie.drop_node(node);
                 let p = trie.node(parent);
                 if parent == ROOT || !p.children.is_empty() || p.pins > 0 || !expired(&p.latest) {
@@ -395,10 +464,7 @@ impl Predictions {
                 node = parent;
             }
             self.owned -= owned_before - trie.owners.len();
-        }
-        for (worker, seqs) in removed {
             self.drop_if_empty(worker);
-            out.push(Event::removed(worker, 0, seqs));
         }
     }
 
@@ -411,9 +477,19 @@ impl Predictions {
     }
 
     fn drop_trie(&mut self, worker: Worker) -> bool {
-        let Some(trie) = self.workers.remove(&worker) else {
+        let Some(mut trie) = self.workers.remove(&worker) else {
             return false;
         };
+        // Out of the fleet deepest first, so that each node is a leaf of the worker's when cut.
+        let mut live: Vec<(u32, u32)> = (trie.nodes.iter().enumerate())
+            .filter(|&(at, n)| at != ROOT as usize && !n.locals.is_empty())
+            .map(|(at, n)| (n.start, at as u32))
+            .collect();
+        live.sort_unstable_by(|a, b| b.cmp(a));
+        for (start, at) in live {
+            self.fleet.cut(worker, trie.node(at).fleet, start);
+        }
+        trie.nodes = Vec::new();
         shrink(&mut self.workers);
         for id in &trie.running {
             self.running.remove(id);
@@ -441,14 +517,8 @@ impl Predictions {
     /// Predicts that `worker` now caches the chain `locals`: touches what it already holds,
     /// adds the rest as far as its capacity allows (evicting least recently used unpinned blocks
     /// of other requests), and pins the chain when running requests are pinned.
-    pub(crate) fn route(
-        &mut self,
-        worker: Worker,
-        locals: &[LocalHash],
-        now: Duration,
-        out: &mut Vec<Event>,
-    ) -> Routed {
-        self.advance(now, out);
+    pub(crate) fn route(&mut self, worker: Worker, locals: &[LocalHash], now: Duration) -> Routed {
+        self.advance(now);
         let routed = Routed::new(worker, self.tag, self.next_request);
         self.next_request += 1;
         if locals.is_empty() || self.exact.contains(&worker) {
@@ -462,10 +532,10 @@ impl Predictions {
         };
         self.tick += n as u64;
         let capacity = self.retention.capacity_blocks();
-        let (ranks, serial) = (&mut self.ranks, &mut self.serial);
+        let (ranks, serial, fleet) = (&mut self.ranks, &mut self.serial, &mut self.fleet);
         let trie = self.workers.entry(worker).or_insert_with(|| {
             register(ranks, worker);
-            Trie::new(serial)
+            Trie::new(worker, serial)
         });
         let owned_before = trie.owners.len();
 
@@ -475,15 +545,15 @@ impl Predictions {
             let Some(child) = trie.child(at, locals[held]) else {
                 break;
             };
-            let edge = &trie.node(child).blocks;
+            let edge = &trie.node(child).locals;
             let common = (edge.iter().zip(&locals[held..]))
-                .take_while(|(b, l)| b.local == **l)
+                .take_while(|(a, b)| a == b)
                 .count();
             let whole = common == edge.len();
             at = if whole {
                 child
             } else {
-                trie.split(child, common, serial)
+                trie.split(child, common, serial, fleet)
             };
             trie.touch(at, touch);
             held += common;
@@ -493,29 +563,25 @@ impl Predictions {
         }
 
         // The rest, as far as capacity allows, evicting older leaves' blocks.
-        let mut evicted = Vec::new();
         let want = n - held;
         let room = capacity.saturating_sub(trie.blocks);
-        let freed = trie.evict(want.saturating_sub(room), touch.base, &mut evicted);
-        // The root has no blocks: a chain that starts here has no parent.
-        let store_parent = trie.node(at).blocks.last().map(|b| b.seq);
-        let new = &locals[held..held + want.min(room + freed)];
-        let added: Vec<Block> = (new.iter().zip(hash::seq_hashes_after(store_parent, new)))
-            .map(|(&local, seq)| Block::new(local, seq))
-            .collect();
+        let freed = trie.evict(want.saturating_sub(room), touch.base, fleet);
+        let added = &locals[held..held + want.min(room + freed)];
         trie.blocks += added.len();
         if !added.is_empty() {
             *serial += 1;
+            let end = fleet.add(worker, trie.node(at).fleet, added);
             let node = trie.add(Node {
                 parent: at,
                 start: held as u32,
-                blocks: added.clone(),
+                locals: added.to_vec(),
+                fleet: end,
                 children: Vec::new(),
                 latest: touch,
                 pins: 0,
                 serial: *serial,
             });
-            trie.node_mut(at).children.push(node);
+            trie.node_mut(at).children.push((added[0], node));
             at = node;
         }
         if at != ROOT {
@@ -543,13 +609,6 @@ impl Predictions {
         }
         self.owned = self.owned + trie.owners.len() - owned_before;
         self.compact_expiry();
-
-        if !evicted.is_empty() {
-            out.push(Event::removed(worker, 0, evicted));
-        }
-        if !added.is_empty() {
-            out.push(Event::stored(worker, 0, store_parent, added));
-        }
         self.drop_if_empty(worker);
         routed
     }
@@ -571,14 +630,9 @@ impl Predictions {
 
     /// The request `routed` finished at `now`: its chain is touched again (the engine frees it
     /// now, tail first) and unpinned.
-    pub(crate) fn release(
-        &mut self,
-        routed: Routed,
-        now: Duration,
-        out: &mut Vec<Event>,
-    ) -> Result<(), ForeignRouted> {
+    pub(crate) fn release(&mut self, routed: Routed, now: Duration) -> Result<(), ForeignRouted> {
         let id = routed.id_in(self.tag)?;
-        self.advance(now, out);
+        self.advance(now);
         let Some(run) = self.running.remove(&id) else {
             return Ok(());
         };
@@ -610,13 +664,12 @@ impl Predictions {
         Ok(())
     }
 
-    /// `worker` publishes events from now on: its predictions are dropped. Returns the event
-    /// that clears them from the index, if it had any.
-    pub(crate) fn make_exact(&mut self, worker: Worker) -> Option<Event> {
+    /// `worker` publishes events from now on: its predictions are dropped.
+    pub(crate) fn make_exact(&mut self, worker: Worker) {
         if self.exact.insert(worker) {
             register(&mut self.ranks, worker);
         }
-        self.drop_trie(worker).then(|| Event::cleared(worker, 0))
+        self.drop_trie(worker);
     }
 
     /// Forgets `worker`: its predictions, pins, and whether it was exact.
@@ -654,5 +707,100 @@ pub(super) fn shrink<K: Eq + std::hash::Hash, V>(map: &mut HashMap<K, V, RandomS
 pub(super) fn shrink_set<K: Eq + std::hash::Hash>(set: &mut HashSet<K, RandomState>) {
     if let Some(to) = crate::room::shrunk(set.len(), set.capacity()) {
         set.shrink_to(to);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    impl Predictions {
+        /// Checks that the fleet trie is the union of the workers' tries.
+        fn check(&self) {
+            let (mut blocks, mut ends) = (0, 0);
+            for trie in self.workers.values() {
+                for (at, node) in trie.nodes.iter().enumerate() {
+                    if at == ROOT as usize || node.locals.is_empty() {
+                        continue;
+                    }
+                    let end = node.start + node.locals.len() as u32;
+                    assert!(self.fleet.ends_at(node.fleet, end, trie.worker));
+                    blocks += node.locals.len();
+                    ends += 1;
+                }
+                assert!(trie.blocks > 0, "an empty trie is dropped");
+            }
+            assert_eq!(self.fleet.check(), (blocks, ends));
+        }
+    }
+
+    #[derive(Clone, Debug)]
+    enum Op {
+        Route(u8, Vec<u8>),
+        Release(u8),
+        Advance(u16),
+        MakeExact(u8),
+        Forget(u8),
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            6 => (0u8..4, proptest::collection::vec(0u8..3, 0..9))
+                .prop_map(|(w, chain)| Op::Route(w, chain)),
+            3 => any::<u8>().prop_map(Op::Release),
+            2 => (0u16..300).prop_map(Op::Advance),
+            1 => (0u8..4).prop_map(Op::MakeExact),
+            1 => (0u8..4).prop_map(Op::Forget),
+        ]
+    }
+
+    fn retention() -> impl Strategy<Value = Retention> {
+        prop_oneof![
+            (1u64..400, 0usize..12)
+                .prop_map(|(ms, cap)| Retention::ttl(Duration::from_millis(ms)).with_capacity(cap)),
+            (0usize..12).prop_map(Retention::lru),
+            (1u64..300, 0usize..12)
+                .prop_map(|(ms, cap)| Retention::lru(cap).with_ttl(Duration::from_millis(ms))),
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn the_fleet_is_the_union_of_the_workers_tries(
+            retention in retention(),
+            ops in proptest::collection::vec(op(), 0..150),
+        ) {
+            let mut predictions = Predictions::new(retention);
+            let mut routed = Vec::new();
+            let mut now = Duration::ZERO;
+            for op in ops {
+                match op {
+                    Op::Route(w, chain) => {
+                        let locals: Vec<LocalHash> =
+                            chain.iter().map(|&l| LocalHash(u64::from(l))).collect();
+                        routed.push(predictions.route(Worker::new(u64::from(w), 0), &locals, now));
+                    }
+                    Op::Release(i) => {
+                        if !routed.is_empty() {
+                            let r = routed.swap_remove(usize::from(i) % routed.len());
+                            predictions.release(r, now).unwrap();
+                        }
+                    }
+                    Op::Advance(ms) => {
+                        now += Duration::from_millis(u64::from(ms));
+                        predictions.advance(now);
+                    }
+                    Op::MakeExact(w) => predictions.make_exact(Worker::new(u64::from(w), 0)),
+                    Op::Forget(w) => predictions.forget(Worker::new(u64::from(w), 0)),
+                }
+                predictions.check();
+            }
+            for w in 0..4 {
+                predictions.forget(Worker::new(w, 0));
+            }
+            predictions.check();
+            assert_eq!(predictions.fleet.check(), (0, 0));
+        }
     }
 }

@@ -1,0 +1,157 @@
+//! The sorted set of workers that hold a [`Fleet`](super::fleet) node.
+//!
+//! Almost every node has a handful of holders, kept in a sorted `Vec` (one allocation, merged
+//! by a query at memory speed). A node that every worker of a large fleet holds (one system
+//! prompt routed to 100,000 workers) would make each worker's removal move the whole `Vec`, so
+//! past [`MANY`] holders the set becomes a `BTreeSet`, and back below [`FEW`].
+
+use crate::types::Worker;
+use std::collections::BTreeSet;
+use std::collections::btree_set;
+
+/// Holders past which the set becomes a tree.
+const MANY: usize = 64;
+/// Holders below which a tree becomes a `Vec` again (below [`MANY`], so that a node at the
+/// threshold does not switch back and forth).
+const FEW: usize = 32;
+
+#[derive(Clone, Debug)]
+pub(super) enum Holders {
+    Few(Vec<Worker>),
+    Many(BTreeSet<Worker>),
+}
+
+impl Default for Holders {
+    fn default() -> Self {
+        Holders::Few(Vec::new())
+    }
+}
+
+impl Holders {
+    /// A set of one worker.
+    pub(super) fn one(worker: Worker) -> Self {
+        Holders::Few(vec![worker])
+    }
+
+    pub(super) fn is_empty(&self) -> bool {
+        match self {
+            Holders::Few(v) => v.is_empty(),
+            Holders::Many(s) => s.is_empty(),
+        }
+    }
+
+    pub(super) fn len(&self) -> usize {
+        match self {
+            Holders::Few(v) => v.len(),
+            Holders::Many(s) => s.len(),
+        }
+    }
+
+    /// Adds `worker`; returns whether it was new.
+    pub(super) fn insert(&mut self, worker: Worker) -> bool {
+        match self {
+            Holders::Few(v) => {
+                let Err(slot) = v.binary_search(&worker) else {
+                    return false;
+                };
+                v.insert(slot, worker);
+                if v.len() > MANY {
+                    *self = Holders::Many(v.drain(..).collect());
+                }
+                true
+            }
+            Holders::Many(s) => s.insert(worker),
+        }
+    }
+
+    /// Removes `worker`; returns whether it was there.
+    pub(super) fn remove(&mut self, worker: Worker) -> bool {
+        match self {
+            Holders::Few(v) => {
+                let Ok(slot) = v.binary_search(&worker) else {
+                    return false;
+                };
+                v.remove(slot);
+                true
+            }
+            Holders::Many(s) => {
+                let was = s.remove(&worker);
+                if s.len() < FEW {
+                    *self = Holders::Few(core::mem::take(s).into_iter().collect());
+                }
+                was
+            }
+        }
+    }
+
+    /// The holders, in order.
+    pub(super) fn iter(&self) -> Iter<'_> {
+        match self {
+            Holders::Few(v) => Iter::Few(v.iter()),
+            Holders::Many(s) => Iter::Many(s.iter()),
+        }
+    }
+}
+
+impl PartialEq for Holders {
+    fn eq(&self, other: &Self) -> bool {
+        self.len() == other.len() && self.iter().eq(other.iter())
+    }
+}
+
+/// [`Holders::iter`].
+pub(super) enum Iter<'a> {
+    Few(core::slice::Iter<'a, Worker>),
+    Many(btree_set::Iter<'a, Worker>),
+}
+
+impl Iterator for Iter<'_> {
+    type Item = Worker;
+
+    fn next(&mut self) -> Option<Worker> {
+        match self {
+            Iter::Few(it) => it.next().copied(),
+            Iter::Many(it) => it.next().copied(),
+        }
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        match self {
+            Iter::Few(it) => it.size_hint(),
+            Iter::Many(it) => it.size_hint(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn w(id: u64) -> Worker {
+        Worker::new(id, 0)
+    }
+
+    #[test]
+    fn stays_sorted_across_both_forms() {
+        let mut holders = Holders::default();
+        for id in (0..200).rev() {
+            assert!(holders.insert(w(id)));
+        }
+        assert!(!holders.insert(w(5)));
+        assert!(matches!(holders, Holders::Many(_)));
+        let ids: Vec<u64> = holders.iter().map(|w| w.id).collect();
+        assert_eq!(ids, (0..200).collect::<Vec<_>>());
+        for id in (0..200).filter(|id| id % 10 != 0) {
+            assert!(holders.remove(w(id)));
+        }
+        assert!(!holders.remove(w(1)));
+        assert!(matches!(holders, Holders::Few(_)));
+        let ids: Vec<u64> = holders.iter().map(|w| w.id).collect();
+        assert_eq!(ids, (0..200).step_by(10).collect::<Vec<_>>());
+        assert_eq!(holders, {
+            let mut other = Holders::default();
+            (0..200).step_by(10).for_each(|id| _ = other.insert(w(id)));
+            other
+        });
+    }
+}
