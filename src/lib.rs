@@ -58,6 +58,8 @@ pub mod pool;
 mod prefetch;
 mod room;
 mod scores;
+#[cfg(any(feature = "approximate", feature = "hybrid"))]
+mod slab;
 mod sync;
 mod types;
 

@@ -14,6 +14,7 @@
 
 use super::holders::Holders;
 use crate::scores::OverlapScores;
+use crate::slab::Slab;
 use crate::types::{LocalHash, Worker};
 use foldhash::fast::RandomState;
 use std::collections::HashMap;
@@ -46,17 +47,18 @@ impl FleetNode {
 /// The fleet's trie (see [the module](self)).
 #[derive(Debug)]
 pub(super) struct Fleet {
-    nodes: Vec<FleetNode>,
-    free: Vec<u32>,
+    nodes: Slab<FleetNode>,
     /// `(parent, first local of the child) -> child`.
     kids: HashMap<(u32, LocalHash), u32, RandomState>,
 }
 
 impl Default for Fleet {
     fn default() -> Self {
+        let mut nodes = Slab::default();
+        let root = nodes.insert(FleetNode::default());
+        debug_assert_eq!(root, FLEET_ROOT);
         Self {
-            nodes: vec![FleetNode::default()],
-            free: Vec::new(),
+            nodes,
             kids: HashMap::default(),
         }
     }
@@ -64,28 +66,15 @@ impl Default for Fleet {
 
 impl Fleet {
     fn node(&self, at: u32) -> &FleetNode {
-        &self.nodes[at as usize]
+        &self.nodes[at]
     }
 
     fn node_mut(&mut self, at: u32) -> &mut FleetNode {
-        &mut self.nodes[at as usize]
+        &mut self.nodes[at]
     }
 
     fn child(&self, at: u32, local: LocalHash) -> Option<u32> {
         self.kids.get(&(at, local)).copied()
-    }
-
-    fn new_node(&mut self, node: FleetNode) -> u32 {
-        match self.free.pop() {
-            Some(at) => {
-                self.nodes[at as usize] = node;
-                at
-            }
-            None => {
-                self.nodes.push(node);
-                (self.nodes.len() - 1) as u32
-            }
-        }
     }
 
     /// Links `child` (its parent and locals set) under its parent.
@@ -107,7 +96,7 @@ impl Fleet {
         let (parent, start, holders) = (node.parent, node.start, node.holders.clone());
         node.start += keep as u32;
         let tail_first = node.locals[0];
-        let head = self.new_node(FleetNode {
+        let head = self.nodes.insert(FleetNode {
             parent,
             start,
             locals: head_locals,
@@ -155,7 +144,7 @@ impl Fleet {
             let rest = &locals[done..];
             let Some(child) = self.child(at, rest[0]) else {
                 let start = self.node(at).end();
-                let node = self.new_node(FleetNode {
+                let node = self.nodes.insert(FleetNode {
                     parent: at,
                     start,
                     locals: rest.to_vec(),
@@ -219,7 +208,7 @@ impl Fleet {
             above.kids -= 1;
             above.kid_xor ^= at;
             *self.node_mut(at) = FleetNode::default();
-            self.free.push(at);
+            self.nodes.free(at);
             at = parent;
         }
         // Nodes above the range still hold `worker`: they keep their holders.
@@ -255,16 +244,12 @@ impl Fleet {
         let first = node.locals[0];
         self.kids.insert((head.parent, first), child);
         self.node_mut(head.parent).kid_xor ^= at ^ child;
-        self.free.push(at);
+        self.nodes.free(at);
     }
 
     /// Gives room back once the trie is mostly empty.
     fn tidy(&mut self) {
-        if self.free.len() + 1 == self.nodes.len() {
-            self.nodes.truncate(1);
-            self.nodes.shrink_to_fit();
-            self.free = Vec::new();
-        }
+        self.nodes.shrink_to_first(1);
         if let Some(to) = crate::room::shrunk(self.kids.len(), self.kids.capacity()) {
             self.kids.shrink_to(to);
         }
@@ -317,10 +302,9 @@ impl Fleet {
     /// blocks times holders, and of per-worker nodes ending at them.
     pub(super) fn check(&self) -> (usize, usize) {
         let (mut held, mut ends) = (0, 0);
-        let mut kids = vec![(0u32, 0u32); self.nodes.len()];
+        let mut kids = vec![(0u32, 0u32); self.nodes.slots().count()];
         let live = |at: u32| at == FLEET_ROOT || !self.node(at).locals.is_empty();
-        for (at, node) in self.nodes.iter().enumerate() {
-            let at = at as u32;
+        for (at, node) in self.nodes.slots() {
             if at == FLEET_ROOT || !live(at) {
                 continue;
             }
@@ -347,16 +331,20 @@ impl Fleet {
             held += node.locals.len() * node.holders.len();
             ends += node.ends as usize;
         }
-        for (at, node) in self.nodes.iter().enumerate() {
-            if live(at as u32) {
-                assert_eq!((node.kids, node.kid_xor), kids[at], "node {at}'s children");
-                if at as u32 != FLEET_ROOT {
+        for (at, node) in self.nodes.slots() {
+            if live(at) {
+                assert_eq!(
+                    (node.kids, node.kid_xor),
+                    kids[at as usize],
+                    "node {at}'s children"
+                );
+                if at != FLEET_ROOT {
                     assert!(node.ends > 0 || node.kids != 1, "node {at} is mergeable");
                     assert!(node.ends > 0 || node.kids > 0, "node {at} ends nothing");
                 }
             }
         }
-        assert_eq!(self.kids.len() + 1, self.nodes.len() - self.free.len());
+        assert_eq!(self.kids.len() + 1, self.nodes.live());
         (held, ends)
     }
 }

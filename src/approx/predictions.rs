@@ -29,6 +29,7 @@ use super::fleet::{FLEET_ROOT, Fleet};
 use super::retention::Retention;
 use super::routed::{ForeignRouted, Routed, index_tag};
 use crate::hash;
+use crate::slab::Slab;
 use crate::types::{Block, Event, LocalHash, SeqHash, Worker};
 use core::time::Duration;
 use foldhash::fast::RandomState;
@@ -78,8 +79,7 @@ impl Node {
 #[derive(Debug)]
 struct Trie {
     worker: Worker,
-    nodes: Vec<Node>,
-    free: Vec<u32>,
+    nodes: Slab<Node>,
     blocks: usize,
     /// Leaves by the tick of their last block, oldest first (lazy: an entry is current while
     /// its node has that serial, no children and that tick).
@@ -93,23 +93,25 @@ struct Trie {
 impl Trie {
     fn new(worker: Worker, serial: &mut u64) -> Self {
         *serial += 1;
+        let mut nodes = Slab::default();
+        let root = nodes.insert(Node {
+            parent: ROOT,
+            start: 0,
+            locals: Vec::new(),
+            fleet: FLEET_ROOT,
+            children: Vec::new(),
+            latest: Touch {
+                base: 0,
+                len: 0,
+                at: Duration::ZERO,
+            },
+            pins: 0,
+            serial: *serial,
+        });
+        debug_assert_eq!(root, ROOT);
         Trie {
             worker,
-            nodes: vec![Node {
-                parent: ROOT,
-                start: 0,
-                locals: Vec::new(),
-                fleet: FLEET_ROOT,
-                children: Vec::new(),
-                latest: Touch {
-                    base: 0,
-                    len: 0,
-                    at: Duration::ZERO,
-                },
-                pins: 0,
-                serial: *serial,
-            }],
-            free: Vec::new(),
+            nodes,
             blocks: 0,
             leaves: BinaryHeap::new(),
             owners: HashMap::default(),
@@ -117,25 +119,12 @@ impl Trie {
         }
     }
 
-    fn add(&mut self, node: Node) -> u32 {
-        match self.free.pop() {
-            Some(at) => {
-                self.nodes[at as usize] = node;
-                at
-            }
-            None => {
-                self.nodes.push(node);
-                (self.nodes.len() - 1) as u32
-            }
-        }
-    }
-
     fn node(&self, at: u32) -> &Node {
-        &self.nodes[at as usize]
+        &self.nodes[at]
     }
 
     fn node_mut(&mut self, at: u32) -> &mut Node {
-        &mut self.nodes[at as usize]
+        &mut self.nodes[at]
     }
 
     /// The child of `at` whose first block has local `local`.
@@ -157,7 +146,7 @@ impl Trie {
         let head_fleet = fleet.boundary(node.fleet, node.start);
         fleet.end(head_fleet);
         *serial += 1;
-        let head = self.add(Node {
+        let head = self.nodes.insert(Node {
             parent,
             start,
             locals: head_locals,
@@ -229,14 +218,14 @@ impl Trie {
         node.children = Vec::new();
         // No heap entry names serial 0 (serials start at 1).
         node.serial = 0;
-        self.free.push(at);
+        self.nodes.free(at);
         parent
     }
 
     /// Drops the blocks of `at` after its first `keep`, from the fleet too.
     fn shorten(&mut self, at: u32, keep: usize, fleet: &mut Fleet) {
         let worker = self.worker;
-        let node = &mut self.nodes[at as usize];
+        let node = &mut self.nodes[at];
         let (old, pos) = (node.fleet, node.start + keep as u32);
         self.blocks -= node.locals.len() - keep;
         node.locals.truncate(keep);
@@ -316,7 +305,7 @@ impl Trie {
 
     /// Drops stale heap entries once they outnumber the nodes.
     fn compact(&mut self) {
-        let live = self.nodes.len() - self.free.len();
+        let live = self.nodes.live();
         if self.leaves.len() > 2 * live + 64 {
             let mut leaves = core::mem::take(&mut self.leaves).into_vec();
             leaves.retain(|&Reverse((tick, at, serial))| self.is_leaf_at(at, serial, tick));
@@ -481,15 +470,15 @@ impl Predictions {
             return false;
         };
         // Out of the fleet deepest first, so that each node is a leaf of the worker's when cut.
-        let mut live: Vec<(u32, u32)> = (trie.nodes.iter().enumerate())
-            .filter(|&(at, n)| at != ROOT as usize && !n.locals.is_empty())
-            .map(|(at, n)| (n.start, at as u32))
+        let mut live: Vec<(u32, u32)> = (trie.nodes.slots())
+            .filter(|&(at, n)| at != ROOT && !n.locals.is_empty())
+            .map(|(at, n)| (n.start, at))
             .collect();
         live.sort_unstable_by(|a, b| b.cmp(a));
         for (start, at) in live {
             self.fleet.cut(worker, trie.node(at).fleet, start);
         }
-        trie.nodes = Vec::new();
+        trie.nodes = Slab::default();
         shrink(&mut self.workers);
         for id in &trie.running {
             self.running.remove(id);
@@ -571,7 +560,7 @@ impl Predictions {
         if !added.is_empty() {
             *serial += 1;
             let end = fleet.add(worker, trie.node(at).fleet, added);
-            let node = trie.add(Node {
+            let node = trie.nodes.insert(Node {
                 parent: at,
                 start: held as u32,
                 locals: added.to_vec(),
@@ -720,8 +709,8 @@ mod tests {
         fn check(&self) {
             let (mut blocks, mut ends) = (0, 0);
             for trie in self.workers.values() {
-                for (at, node) in trie.nodes.iter().enumerate() {
-                    if at == ROOT as usize || node.locals.is_empty() {
+                for (at, node) in trie.nodes.slots() {
+                    if at == ROOT || node.locals.is_empty() {
                         continue;
                     }
                     let end = node.start + node.locals.len() as u32;

@@ -20,6 +20,7 @@
 
 use super::model::ModelGroups;
 use crate::index_core::canon::{Canon, Key};
+use crate::slab::Slab;
 use crate::types::{Block, LocalHash, SeqHash};
 use foldhash::fast::RandomState;
 use std::cmp::Reverse;
@@ -117,55 +118,6 @@ const NONE: u32 = u32::MAX;
 /// The groups set in `bits`, lowest first.
 fn groups_in(bits: u32) -> impl Iterator<Item = u32> + Clone {
     (0..32u32).filter(move |g| bits & (1 << g) != 0)
-}
-
-/// Slots of values with a free list; a freed slot is reused by the next insert.
-#[derive(Debug)]
-struct Slab<T> {
-    items: Vec<T>,
-    free: Vec<u32>,
-}
-
-impl<T> Default for Slab<T> {
-    fn default() -> Self {
-        Slab {
-            items: Vec::new(),
-            free: Vec::new(),
-        }
-    }
-}
-
-impl<T> Slab<T> {
-    fn insert(&mut self, item: T) -> u32 {
-        match self.free.pop() {
-            Some(at) => {
-                self.items[at as usize] = item;
-                at
-            }
-            None => {
-                self.items.push(item);
-                (self.items.len() - 1) as u32
-            }
-        }
-    }
-
-    /// Frees `at`; its value stays until the slot is reused (the caller marks it dead).
-    fn free(&mut self, at: u32) {
-        self.free.push(at);
-    }
-}
-
-impl<T> core::ops::Index<u32> for Slab<T> {
-    type Output = T;
-    fn index(&self, at: u32) -> &T {
-        &self.items[at as usize]
-    }
-}
-
-impl<T> core::ops::IndexMut<u32> for Slab<T> {
-    fn index_mut(&mut self, at: u32) -> &mut T {
-        &mut self.items[at as usize]
-    }
 }
 
 /// Links of an intrusive list of children: a node's first child, and its own neighbours
