@@ -13,6 +13,7 @@
 //! nodes, never one block at a time: a decision's new blocks are one copy of its locals.
 
 use super::holders::Holders;
+use super::spares::Spares;
 use crate::scores::OverlapScores;
 use crate::slab::Slab;
 use crate::types::{LocalHash, Worker};
@@ -50,6 +51,8 @@ pub(super) struct Fleet {
     nodes: Slab<FleetNode>,
     /// `(parent, first local of the child) -> child`.
     kids: HashMap<(u32, LocalHash), u32, RandomState>,
+    /// Freed block lists, for the fleet's new nodes and the workers' tries.
+    pub(super) spares: Spares,
 }
 
 impl Default for Fleet {
@@ -60,6 +63,7 @@ impl Default for Fleet {
         Self {
             nodes,
             kids: HashMap::default(),
+            spares: Spares::default(),
         }
     }
 }
@@ -90,8 +94,9 @@ impl Fleet {
     /// Splits `at` after its first `keep` blocks (`0 < keep < len`): a new node takes them,
     /// between `at` and its parent, so that `at` keeps its identity.
     fn split(&mut self, at: u32, keep: usize) -> u32 {
-        let node = self.node_mut(at);
-        let tail = node.locals.split_off(keep);
+        let node = &mut self.nodes[at];
+        let tail = self.spares.copy(&node.locals[keep..]);
+        node.locals.truncate(keep);
         let head_locals = core::mem::replace(&mut node.locals, tail);
         let (parent, start, holders) = (node.parent, node.start, node.holders.clone());
         node.start += keep as u32;
@@ -147,7 +152,7 @@ impl Fleet {
                 let node = self.nodes.insert(FleetNode {
                     parent: at,
                     start,
-                    locals: rest.to_vec(),
+                    locals: self.spares.copy(rest),
                     holders: Holders::one(worker),
                     kids: 0,
                     kid_xor: 0,
@@ -207,7 +212,8 @@ impl Fleet {
             let above = self.node_mut(parent);
             above.kids -= 1;
             above.kid_xor ^= at;
-            *self.node_mut(at) = FleetNode::default();
+            let gone = core::mem::take(self.node_mut(at));
+            self.spares.give(gone.locals);
             self.nodes.free(at);
             at = parent;
         }
@@ -235,10 +241,11 @@ impl Fleet {
         let head = core::mem::take(self.node_mut(at));
         let child_first = self.node(child).locals[0];
         self.kids.remove(&(at, child_first));
-        let node = self.node_mut(child);
+        let node = &mut self.nodes[child];
         let mut locals = head.locals;
         locals.extend_from_slice(&node.locals);
-        node.locals = locals;
+        let tail = core::mem::replace(&mut node.locals, locals);
+        self.spares.give(tail);
         node.start = head.start;
         node.parent = head.parent;
         let first = node.locals[0];
@@ -257,7 +264,6 @@ impl Fleet {
 
     /// Adds each predicted worker's depth for `query` to `scores`.
     pub(super) fn find(&self, query: &[LocalHash], scores: &mut OverlapScores) {
-        let mut path: Vec<(u32, u32)> = Vec::new();
         let (mut at, mut pos) = (FLEET_ROOT, 0usize);
         while pos < query.len() {
             let Some(child) = self.child(at, query[pos]) else {
@@ -267,30 +273,28 @@ impl Fleet {
             let common = (edge.iter().zip(&query[pos..]))
                 .take_while(|(a, b)| a == b)
                 .count();
+            if at == FLEET_ROOT {
+                scores.reserve(self.node(child).holders.len());
+            } else {
+                // The workers that hold `at` but not its child stop at `at`'s end.
+                let mut deeper = self.node(child).holders.iter().peekable();
+                for worker in self.node(at).holders.iter() {
+                    if deeper.peek() == Some(&worker) {
+                        deeper.next();
+                    } else {
+                        scores.push(worker, pos as u32);
+                    }
+                }
+            }
             pos += common;
-            path.push((child, pos as u32));
+            at = child;
             if common < edge.len() {
                 break;
             }
-            at = child;
         }
-        let Some(&(last, depth)) = path.last() else {
-            return;
-        };
-        scores.reserve(self.node(path[0].0).holders.len());
-        for worker in self.node(last).holders.iter() {
-            scores.push(worker, depth);
-        }
-        // Up the path, the workers that hold a node but not the one below it stop at its end.
-        for pair in path.windows(2).rev() {
-            let ((above, depth), (below, _)) = (pair[0], pair[1]);
-            let mut deeper = self.node(below).holders.iter().peekable();
-            for worker in self.node(above).holders.iter() {
-                if deeper.peek() == Some(&worker) {
-                    deeper.next();
-                } else {
-                    scores.push(worker, depth);
-                }
+        if at != FLEET_ROOT {
+            for worker in self.node(at).holders.iter() {
+                scores.push(worker, pos as u32);
             }
         }
     }

@@ -1,7 +1,7 @@
 //! The sorted set of workers that hold a [`Fleet`](super::fleet) node.
 //!
-//! Almost every node has a handful of holders, kept in a sorted `Vec` (one allocation, merged
-//! by a query at memory speed). A node that every worker of a large fleet holds (one system
+//! Most nodes have one holder (a decision's new blocks), kept inline; a handful are kept in a
+//! sorted `Vec` (one allocation, merged by a query at memory speed). A node that every worker of a large fleet holds (one system
 //! prompt routed to 100,000 workers) would make each worker's removal move the whole `Vec`, so
 //! past [`MANY`] holders the set becomes a `BTreeSet`, and back below [`FEW`].
 
@@ -17,6 +17,7 @@ const FEW: usize = 32;
 
 #[derive(Clone, Debug)]
 pub(super) enum Holders {
+    One(Worker),
     Few(Vec<Worker>),
     Many(BTreeSet<Worker>),
 }
@@ -30,11 +31,12 @@ impl Default for Holders {
 impl Holders {
     /// A set of one worker.
     pub(super) fn one(worker: Worker) -> Self {
-        Holders::Few(vec![worker])
+        Holders::One(worker)
     }
 
     pub(super) fn is_empty(&self) -> bool {
         match self {
+            Holders::One(_) => false,
             Holders::Few(v) => v.is_empty(),
             Holders::Many(s) => s.is_empty(),
         }
@@ -42,6 +44,7 @@ impl Holders {
 
     pub(super) fn len(&self) -> usize {
         match self {
+            Holders::One(_) => 1,
             Holders::Few(v) => v.len(),
             Holders::Many(s) => s.len(),
         }
@@ -50,6 +53,18 @@ impl Holders {
     /// Adds `worker`; returns whether it was new.
     pub(super) fn insert(&mut self, worker: Worker) -> bool {
         match self {
+            Holders::One(one) => {
+                let one = *one;
+                if one == worker {
+                    return false;
+                }
+                *self = Holders::Few(vec![one.min(worker), one.max(worker)]);
+                true
+            }
+            Holders::Few(v) if v.is_empty() => {
+                *self = Holders::One(worker);
+                true
+            }
             Holders::Few(v) => {
                 let Err(slot) = v.binary_search(&worker) else {
                     return false;
@@ -67,11 +82,21 @@ impl Holders {
     /// Removes `worker`; returns whether it was there.
     pub(super) fn remove(&mut self, worker: Worker) -> bool {
         match self {
+            Holders::One(one) => {
+                if *one != worker {
+                    return false;
+                }
+                *self = Holders::default();
+                true
+            }
             Holders::Few(v) => {
                 let Ok(slot) = v.binary_search(&worker) else {
                     return false;
                 };
                 v.remove(slot);
+                if let [last] = v[..] {
+                    *self = Holders::One(last);
+                }
                 true
             }
             Holders::Many(s) => {
@@ -87,6 +112,7 @@ impl Holders {
     /// The holders, in order.
     pub(super) fn iter(&self) -> Iter<'_> {
         match self {
+            Holders::One(one) => Iter::One(Some(*one)),
             Holders::Few(v) => Iter::Few(v.iter()),
             Holders::Many(s) => Iter::Many(s.iter()),
         }
@@ -101,6 +127,7 @@ impl PartialEq for Holders {
 
 /// [`Holders::iter`].
 pub(super) enum Iter<'a> {
+    One(Option<Worker>),
     Few(core::slice::Iter<'a, Worker>),
     Many(btree_set::Iter<'a, Worker>),
 }
@@ -110,6 +137,7 @@ impl Iterator for Iter<'_> {
 
     fn next(&mut self) -> Option<Worker> {
         match self {
+            Iter::One(one) => one.take(),
             Iter::Few(it) => it.next().copied(),
             Iter::Many(it) => it.next().copied(),
         }
@@ -117,6 +145,7 @@ impl Iterator for Iter<'_> {
 
     fn size_hint(&self) -> (usize, Option<usize>) {
         match self {
+            Iter::One(one) => (usize::from(one.is_some()), Some(usize::from(one.is_some()))),
             Iter::Few(it) => it.size_hint(),
             Iter::Many(it) => it.size_hint(),
         }
@@ -132,7 +161,23 @@ mod tests {
     }
 
     #[test]
-    fn stays_sorted_across_both_forms() {
+    fn one_holder_is_inline_and_two_are_a_vec() {
+        let mut holders = Holders::default();
+        assert!(holders.is_empty() && !holders.remove(w(3)));
+        assert!(holders.insert(w(3)));
+        assert!(matches!(holders, Holders::One(_)) && !holders.insert(w(3)));
+        assert!(holders.insert(w(1)));
+        assert!(matches!(holders, Holders::Few(_)));
+        assert_eq!(holders.iter().map(|w| w.id).collect::<Vec<_>>(), [1, 3]);
+        assert!(holders.remove(w(1)));
+        assert!(matches!(holders, Holders::One(one) if one == w(3)));
+        assert!(!holders.remove(w(1)) && holders.remove(w(3)));
+        assert!(holders.is_empty() && holders.iter().next().is_none());
+        assert_eq!(holders, Holders::default());
+    }
+
+    #[test]
+    fn stays_sorted_across_every_form() {
         let mut holders = Holders::default();
         for id in (0..200).rev() {
             assert!(holders.insert(w(id)));

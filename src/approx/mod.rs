@@ -62,6 +62,7 @@ mod redis_log;
 mod retention;
 mod routed;
 mod share;
+mod spares;
 
 pub use log::{DecisionLog, LogError, LogPosition, MemoryLog};
 pub use naive::NaiveApproximateIndexer;

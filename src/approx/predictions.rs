@@ -84,14 +84,17 @@ struct Trie {
     /// Leaves by the tick of their last block, oldest first (lazy: an entry is current while
     /// its node has that serial, no children and that tick).
     leaves: BinaryHeap<Reverse<(u64, u32, u64)>>,
-    /// Per decision still the latest of some node, the deepest such node.
+    /// Per decision still the latest of some node, the deepest such node: where its expiry
+    /// starts, so kept only when blocks expire (empty otherwise, and every lookup misses).
     owners: HashMap<u64, u32, RandomState>,
+    /// Whether blocks expire (a time to live).
+    expires: bool,
     /// The worker's running requests (pinning their chains).
     running: HashSet<u64, RandomState>,
 }
 
 impl Trie {
-    fn new(worker: Worker, serial: &mut u64) -> Self {
+    fn new(worker: Worker, expires: bool, serial: &mut u64) -> Self {
         *serial += 1;
         let mut nodes = Slab::default();
         let root = nodes.insert(Node {
@@ -115,6 +118,7 @@ impl Trie {
             blocks: 0,
             leaves: BinaryHeap::new(),
             owners: HashMap::default(),
+            expires,
             running: HashSet::default(),
         }
     }
@@ -137,8 +141,9 @@ impl Trie {
     /// Splits `at` after its first `keep` blocks: a new node takes them, between `at` and its
     /// parent, so that `at` keeps its identity (its owners and heap entries stay current).
     fn split(&mut self, at: u32, keep: usize, serial: &mut u64, fleet: &mut Fleet) -> u32 {
-        let node = self.node_mut(at);
-        let tail = node.locals.split_off(keep);
+        let node = &mut self.nodes[at];
+        let tail = fleet.spares.copy(&node.locals[keep..]);
+        node.locals.truncate(keep);
         let head_locals = core::mem::replace(&mut node.locals, tail);
         let (parent, start, latest) = (node.parent, node.start, node.latest);
         let tail_first = node.locals[0];
@@ -198,7 +203,7 @@ impl Trie {
     }
 
     /// Unlinks and frees `at` (no children, no blocks left to report).
-    fn drop_node(&mut self, at: u32) -> u32 {
+    fn drop_node(&mut self, at: u32, fleet: &mut Fleet) -> u32 {
         let parent = self.node(at).parent;
         let base = self.node(at).latest.base;
         let siblings = &mut self.node_mut(parent).children;
@@ -214,7 +219,7 @@ impl Trie {
             }
         }
         let node = self.node_mut(at);
-        node.locals = Vec::new();
+        fleet.spares.give(core::mem::take(&mut node.locals));
         node.children = Vec::new();
         // No heap entry names serial 0 (serials start at 1).
         node.serial = 0;
@@ -261,7 +266,7 @@ impl Trie {
             self.shorten(at, keep, fleet);
             done += take;
             if keep == 0 {
-                let parent = self.drop_node(at);
+                let parent = self.drop_node(at, fleet);
                 self.list_leaf(parent);
             } else {
                 self.list_leaf(at);
@@ -281,7 +286,9 @@ impl Trie {
     /// Decision `touch` ends at `end`, touched already: where its expiry starts, and a leaf
     /// whose tick changed.
     fn end_decision(&mut self, end: u32, touch: Touch) {
-        self.owners.insert(touch.base, end);
+        if self.expires {
+            self.owners.insert(touch.base, end);
+        }
         self.list_leaf(end);
         self.compact();
     }
@@ -439,7 +446,7 @@ impl Predictions {
             debug_assert!(trie.node(node).children.is_empty());
             loop {
                 trie.shorten(node, 0, &mut self.fleet);
-                let parent = trie.drop_node(node);
+                let parent = trie.drop_node(node, &mut self.fleet);
                 let p = trie.node(parent);
                 if parent == ROOT || !p.children.is_empty() || p.pins > 0 || !expired(&p.latest) {
                     trie.list_leaf(parent);
@@ -521,10 +528,11 @@ impl Predictions {
         };
         self.tick += n as u64;
         let capacity = self.retention.capacity_blocks();
+        let expires = self.ttl.is_some();
         let (ranks, serial, fleet) = (&mut self.ranks, &mut self.serial, &mut self.fleet);
         let trie = self.workers.entry(worker).or_insert_with(|| {
             register(ranks, worker);
-            Trie::new(worker, serial)
+            Trie::new(worker, expires, serial)
         });
         let owned_before = trie.owners.len();
 
@@ -563,7 +571,7 @@ impl Predictions {
             let node = trie.nodes.insert(Node {
                 parent: at,
                 start: held as u32,
-                locals: added.to_vec(),
+                locals: fleet.spares.copy(added),
                 fleet: end,
                 children: Vec::new(),
                 latest: touch,
