@@ -57,8 +57,10 @@ struct Node {
     locals: Vec<LocalHash>,
     /// The fleet node this node's last block ends (see [`Fleet`]).
     fleet: u32,
-    /// Children, each with its first local (a walk reads no child's node but the one it takes).
-    children: Vec<(LocalHash, u32)>,
+    /// Its children, listed in [`Trie::kids`].
+    kids: u32,
+    /// The local of its first block: its key under its parent (kept while its blocks go).
+    first: LocalHash,
     latest: Touch,
     /// Running requests whose chains go through the node (a pinned node is never evicted nor
     /// expired).
@@ -91,6 +93,9 @@ struct Trie {
     expires: bool,
     /// The worker's running requests (pinning their chains).
     running: HashSet<u64, RandomState>,
+    /// `(parent, first local of the child) -> child`: a step down is one lookup, however many
+    /// children a node has (a shared first block has one for every conversation).
+    kids: HashMap<(u32, LocalHash), u32, RandomState>,
 }
 
 impl Trie {
@@ -102,7 +107,8 @@ impl Trie {
             start: 0,
             locals: Vec::new(),
             fleet: FLEET_ROOT,
-            children: Vec::new(),
+            kids: 0,
+            first: LocalHash(0),
             latest: Touch {
                 base: 0,
                 len: 0,
@@ -120,6 +126,7 @@ impl Trie {
             owners: HashMap::default(),
             expires,
             running: HashSet::default(),
+            kids: HashMap::default(),
         }
     }
 
@@ -133,9 +140,7 @@ impl Trie {
 
     /// The child of `at` whose first block has local `local`.
     fn child(&self, at: u32, local: LocalHash) -> Option<u32> {
-        (self.node(at).children.iter())
-            .find(|&&(first, _)| first == local)
-            .map(|&(_, child)| child)
+        self.kids.get(&(at, local)).copied()
     }
 
     /// Splits `at` after its first `keep` blocks: a new node takes them, between `at` and its
@@ -145,8 +150,9 @@ impl Trie {
         let tail = fleet.spares.copy(&node.locals[keep..]);
         node.locals.truncate(keep);
         let head_locals = core::mem::replace(&mut node.locals, tail);
-        let (parent, start, latest) = (node.parent, node.start, node.latest);
+        let (parent, start, latest, first) = (node.parent, node.start, node.latest, node.first);
         let tail_first = node.locals[0];
+        node.first = tail_first;
         node.start += keep as u32;
         let head_fleet = fleet.boundary(node.fleet, node.start);
         fleet.end(head_fleet);
@@ -156,25 +162,22 @@ impl Trie {
             start,
             locals: head_locals,
             fleet: head_fleet,
-            children: vec![(tail_first, at)],
+            kids: 1,
+            first,
             latest,
             pins: self.node(at).pins,
             serial: *serial,
         });
         self.node_mut(at).parent = head;
-        let siblings = &mut self.node_mut(parent).children;
-        let slot = siblings
-            .iter()
-            .position(|&(_, c)| c == at)
-            .expect("a child");
-        siblings[slot].1 = head;
+        self.kids.insert((parent, first), head);
+        self.kids.insert((head, tail_first), at);
         head
     }
 
     /// Lists leaf `at` in the heap, if it is an unpinned one.
     fn list_leaf(&mut self, at: u32) {
         let node = self.node(at);
-        if at != ROOT && node.children.is_empty() && node.pins == 0 {
+        if at != ROOT && node.kids == 0 && node.pins == 0 {
             let entry = (node.last_tick(), at, node.serial);
             self.leaves.push(Reverse(entry));
         }
@@ -185,7 +188,7 @@ impl Trie {
     fn is_leaf_at(&self, at: u32, serial: u64, tick: u64) -> bool {
         let node = self.node(at);
         node.serial == serial
-            && node.children.is_empty()
+            && node.kids == 0
             && node.pins == 0
             && !node.locals.is_empty()
             && node.last_tick() == tick
@@ -204,12 +207,16 @@ impl Trie {
 
     /// Unlinks and frees `at` (no children, no blocks left to report).
     fn drop_node(&mut self, at: u32, fleet: &mut Fleet) -> u32 {
-        let parent = self.node(at).parent;
-        let base = self.node(at).latest.base;
-        let siblings = &mut self.node_mut(parent).children;
-        if let Some(slot) = siblings.iter().position(|&(_, c)| c == at) {
-            siblings.swap_remove(slot);
-        }
+        let Node {
+            parent,
+            first,
+            latest: Touch { base, .. },
+            ..
+        } = *self.node(at);
+        debug_assert_eq!(self.node(at).kids, 0);
+        self.kids.remove(&(parent, first));
+        shrink(&mut self.kids);
+        self.node_mut(parent).kids -= 1;
         // The decision it ended now ends at its parent, if it went through it.
         if self.owners.get(&base) == Some(&at) {
             if parent != ROOT && self.node(parent).latest.base == base {
@@ -220,7 +227,6 @@ impl Trie {
         }
         let node = self.node_mut(at);
         fleet.spares.give(core::mem::take(&mut node.locals));
-        node.children = Vec::new();
         // No heap entry names serial 0 (serials start at 1).
         node.serial = 0;
         self.nodes.free(at);
@@ -296,9 +302,13 @@ impl Trie {
     /// Calls `visit` with each node's blocks and its parent's last sequence hash, parents
     /// first.
     fn walk(&self, mut visit: impl FnMut(Option<SeqHash>, &[Block])) {
+        let mut children: HashMap<u32, Vec<u32>, RandomState> = HashMap::default();
+        for (&(parent, _), &child) in &self.kids {
+            children.entry(parent).or_default().push(child);
+        }
         let mut stack: Vec<(u32, Option<SeqHash>)> = vec![(ROOT, None)];
         while let Some((at, parent)) = stack.pop() {
-            for &(_, child) in &self.node(at).children {
+            for &child in children.get(&at).into_iter().flatten() {
                 let locals = &self.node(child).locals;
                 let blocks: Vec<Block> =
                     (locals.iter().zip(hash::seq_hashes_after(parent, locals)))
@@ -443,12 +453,12 @@ impl Predictions {
                 continue;
             }
             // Deeper decisions are older and expired first (or are pinned, and so is this).
-            debug_assert!(trie.node(node).children.is_empty());
+            debug_assert_eq!(trie.node(node).kids, 0);
             loop {
                 trie.shorten(node, 0, &mut self.fleet);
                 let parent = trie.drop_node(node, &mut self.fleet);
                 let p = trie.node(parent);
-                if parent == ROOT || !p.children.is_empty() || p.pins > 0 || !expired(&p.latest) {
+                if parent == ROOT || p.kids > 0 || p.pins > 0 || !expired(&p.latest) {
                     trie.list_leaf(parent);
                     break;
                 }
@@ -573,12 +583,14 @@ impl Predictions {
                 start: held as u32,
                 locals: fleet.spares.copy(added),
                 fleet: end,
-                children: Vec::new(),
+                kids: 0,
+                first: added[0],
                 latest: touch,
                 pins: 0,
                 serial: *serial,
             });
-            trie.node_mut(at).children.push((added[0], node));
+            trie.kids.insert((at, added[0]), node);
+            trie.node_mut(at).kids += 1;
             at = node;
         }
         if at != ROOT {
@@ -717,16 +729,27 @@ mod tests {
         fn check(&self) {
             let (mut blocks, mut ends) = (0, 0);
             for trie in self.workers.values() {
+                let mut kids = HashMap::<u32, u32>::new();
                 for (at, node) in trie.nodes.slots() {
                     if at == ROOT || node.locals.is_empty() {
                         continue;
                     }
+                    assert_eq!(node.first, node.locals[0]);
+                    assert_eq!(trie.kids.get(&(node.parent, node.first)), Some(&at));
+                    *kids.entry(node.parent).or_default() += 1;
                     let end = node.start + node.locals.len() as u32;
                     assert!(self.fleet.ends_at(node.fleet, end, trie.worker));
                     blocks += node.locals.len();
                     ends += 1;
                 }
                 assert!(trie.blocks > 0, "an empty trie is dropped");
+                assert_eq!(trie.kids.len(), kids.values().sum::<u32>() as usize);
+                for (at, node) in trie.nodes.slots() {
+                    if at == ROOT || !node.locals.is_empty() {
+                        let count = kids.get(&at).copied().unwrap_or(0);
+                        assert_eq!(node.kids, count, "node {at}'s children");
+                    }
+                }
             }
             assert_eq!(self.fleet.check(), (blocks, ends));
         }

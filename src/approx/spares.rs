@@ -14,12 +14,12 @@ pub(super) struct Spares {
 }
 
 impl Spares {
-    /// `from` in a list of its own: a kept one whose capacity fits it (at most twice its
-    /// length, so that no node holds much more room than blocks), else a new one.
+    /// `from` in a list of its own: a kept one whose capacity fits it (at most a quarter more
+    /// than its length, so that nodes hold little more room than blocks), else a new one.
     pub(super) fn copy(&mut self, from: &[LocalHash]) -> Vec<LocalHash> {
         let fits = |list: &Vec<LocalHash>| {
             let room = list.capacity();
-            room >= from.len() && room <= 2 * from.len().max(8)
+            room >= from.len() && room <= from.len() + from.len() / 4 + 8
         };
         match self.lists.iter().position(fits) {
             Some(at) => {
@@ -56,8 +56,8 @@ mod tests {
         spares.give(list);
         let small = spares.copy(&locals(3));
         assert_ne!(small.as_ptr(), at, "100 blocks of room for 3 is too much");
-        let copy = spares.copy(&locals(60));
-        assert_eq!((copy.as_ptr(), copy.as_slice()), (at, &locals(60)[..]));
+        let copy = spares.copy(&locals(90));
+        assert_eq!((copy.as_ptr(), copy.as_slice()), (at, &locals(90)[..]));
         assert!(spares.lists.is_empty());
     }
 
