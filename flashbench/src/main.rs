@@ -254,6 +254,10 @@ enum Command {
         /// How late a shared decision reaches the other replicas, milliseconds.
         #[arg(long, default_value_t = 1.0)]
         share_delay_ms: f64,
+        /// Interleaved rounds of every policy; each row is the round of median decisions/s
+        /// (the routing itself is the same in every round).
+        #[arg(long, default_value_t = 1)]
+        rounds: usize,
         /// Write route.md, route.json and route.svg here.
         #[arg(long)]
         out: Option<PathBuf>,
@@ -456,8 +460,12 @@ fn route_job(
     names: &[String],
     dynamo_speed: f64,
     routers: &[usize],
+    rounds: usize,
     out: Option<&Path>,
 ) -> Result<(), String> {
+    if rounds == 0 {
+        return Err("--rounds: at least one round".into());
+    }
     if let Some(bad) = loads.iter().find(|l| !(l.is_finite() && **l > 0.0)) {
         return Err(format!("--loads: {bad} is not a positive load"));
     }
@@ -494,7 +502,8 @@ fn route_job(
         ),
     };
     eprintln!(
-        "routing {} requests of {source} over {} workers of {} blocks ({} policies, loads {loads:?})",
+        "routing {} requests of {source} over {} workers of {} blocks ({} policies, loads {loads:?}, \
+         {rounds} rounds)",
         requests.len(),
         cfg.workers,
         cfg.capacity_blocks,
@@ -506,15 +515,22 @@ fn route_job(
             load,
             ..cfg.clone()
         };
-        for factory in &chosen {
-            let bar = ProgressBar::new_spinner().with_prefix(factory.name.clone());
-            bar.set_style(
-                ProgressStyle::with_template("{prefix:>22} {spinner} {elapsed}").expect("template"),
-            );
-            bar.enable_steady_tick(std::time::Duration::from_millis(200));
-            outcomes.push(route::run(&requests, &cfg, factory));
-            bar.finish_and_clear();
+        // Rounds interleave the policies, so that a slow spell of the machine falls on all.
+        let mut runs: Vec<Vec<route::Outcome>> = vec![Vec::new(); chosen.len()];
+        for round in 1..=rounds {
+            for (factory, runs) in chosen.iter().zip(&mut runs) {
+                let bar = ProgressBar::new_spinner()
+                    .with_prefix(format!("{} ({round}/{rounds})", factory.name));
+                bar.set_style(
+                    ProgressStyle::with_template("{prefix:>30} {spinner} {elapsed}")
+                        .expect("template"),
+                );
+                bar.enable_steady_tick(std::time::Duration::from_millis(200));
+                runs.push(route::run(&requests, &cfg, factory));
+                bar.finish_and_clear();
+            }
         }
+        outcomes.extend(runs.into_iter().map(route::median_round));
         println!("{}", route::table(&outcomes, load, limits));
     }
     if let Some(dir) = out {
@@ -652,6 +668,7 @@ fn run(cli: Cli) -> Result<(), String> {
             dynamo_speed,
             routers,
             share_delay_ms,
+            rounds,
             out,
         }) => {
             let (trace, source) = match trace {
@@ -679,6 +696,7 @@ fn run(cli: Cli) -> Result<(), String> {
                 policies,
                 *dynamo_speed,
                 routers,
+                *rounds,
                 out.as_deref(),
             )
         }

@@ -425,6 +425,25 @@ pub fn replicated_policies(routers: &[usize]) -> Vec<PolicyFactory> {
     out
 }
 
+/// Of one policy's rounds, in the order they ran, the one of median decisions per second (as
+/// [`crate::report::median`] takes it: the upper middle one of an even count), with the first
+/// round's index bytes. The routing is the same in every round; only times and bytes differ, and
+/// a later round's bytes can be off by memory an earlier policy's threads free while it runs
+/// (Dynamo's indexer frees its index after it is dropped).
+///
+/// # Panics
+///
+/// If `rounds` is empty.
+pub fn median_round(mut rounds: Vec<Outcome>) -> Outcome {
+    let index_bytes = rounds.first().expect("a round").index_bytes;
+    rounds.sort_by(|a, b| a.decisions_per_s.total_cmp(&b.decisions_per_s));
+    let middle = rounds.len() / 2;
+    Outcome {
+        index_bytes,
+        ..rounds.swap_remove(middle)
+    }
+}
+
 /// Runs `factory`'s policy and measures it, with the bytes its index holds at the end.
 pub fn run(requests: &[Prepared<'_>], cfg: &RouteConfig, factory: &PolicyFactory) -> Outcome {
     collect_garbage();
@@ -522,6 +541,27 @@ mod tests {
             );
             assert!(isolated.hit_rate < one.hit_rate, "{isolated:?} vs {one:?}");
         }
+    }
+
+    #[test]
+    fn a_row_of_rounds_is_the_median_round_with_the_first_rounds_bytes() {
+        let round = |decisions_per_s: f64, index_bytes: i64| Outcome {
+            policy: "p".into(),
+            load: 1.0,
+            requests: 10,
+            hit_rate: 0.5,
+            ttft_p50_ms: 1.0,
+            ttft_p99_ms: 2.0,
+            imbalance: 1.0,
+            index_bytes,
+            decisions_per_s,
+            index_us_per_request: 1e6 / decisions_per_s,
+        };
+        let row = median_round(vec![round(30.0, 7), round(10.0, -5), round(20.0, 0)]);
+        assert_eq!((row.decisions_per_s, row.index_bytes), (20.0, 7));
+        assert_eq!(row.index_us_per_request, 1e6 / 20.0);
+        let row = median_round(vec![round(10.0, 3), round(40.0, 1)]);
+        assert_eq!((row.decisions_per_s, row.index_bytes), (40.0, 3));
     }
 
     proptest! {
