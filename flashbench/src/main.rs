@@ -534,7 +534,7 @@ fn route_job(
         println!("{}", route::table(&outcomes, load, limits));
     }
     if let Some(dir) = out {
-        route::write(&outcomes, loads, limits, &cfg, source, dir)?;
+        route::write(&outcomes, loads, limits, &cfg, source, rounds, dir)?;
         eprintln!("wrote {}/route.md, route.json, route.svg", dir.display());
     }
     Ok(())

@@ -47,13 +47,14 @@ pub fn table(outcomes: &[Outcome], load: f64, limits: Limits) -> String {
 }
 
 /// Writes `route.md` (every load's table), `route.json` and `route.svg` (hit rate and TTFT p99
-/// against offered load) into `dir`.
+/// against offered load) into `dir`; `rounds` is how many rounds each row is the median of.
 pub fn write(
     outcomes: &[Outcome],
     loads: &[f64],
     limits: Limits,
     cfg: &RouteConfig,
     source: &str,
+    rounds: usize,
     dir: &Path,
 ) -> Result<(), String> {
     std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
@@ -66,8 +67,13 @@ pub fn write(
     } else {
         String::new()
     };
+    let rounds = if rounds > 1 {
+        format!(" Each row is the round of median decisions/s of {rounds} interleaved rounds.")
+    } else {
+        String::new()
+    };
     let mut md = format!(
-        "`flashbench route` on {source}: {} workers of {} blocks of {} tokens, prefill {} tokens/s per engine, decode {} tokens/s per request, events {} ms late{shared}, overlap weight {}.\n\n",
+        "`flashbench route` on {source}: {} workers of {} blocks of {} tokens, prefill {} tokens/s per engine, decode {} tokens/s per request, events {} ms late{shared}, overlap weight {}.{rounds}\n\n",
         cfg.workers,
         cfg.capacity_blocks,
         cfg.block_size,
