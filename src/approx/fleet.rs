@@ -262,6 +262,55 @@ impl Fleet {
         }
     }
 
+    /// How deep `worker` holds `query`: the walk of [`find`](Self::find) for one worker (a
+    /// decision makes it right after the query's, over the same nodes).
+    pub(super) fn held(&self, worker: Worker, query: &[LocalHash]) -> usize {
+        let (mut at, mut pos) = (FLEET_ROOT, 0usize);
+        while pos < query.len() {
+            let Some(child) = self.child(at, query[pos]) else {
+                break;
+            };
+            let node = self.node(child);
+            if !node.holders.contains(worker) {
+                break;
+            }
+            let common = (node.locals.iter().zip(&query[pos..]))
+                .take_while(|(a, b)| a == b)
+                .count();
+            pos += common;
+            if common < node.locals.len() {
+                break;
+            }
+            at = child;
+        }
+        pos
+    }
+
+    /// The local of the block at position `pos` of the chain down to `at` (which ends deeper).
+    pub(super) fn local_at(&self, mut at: u32, pos: u32) -> LocalHash {
+        while self.node(at).start > pos {
+            at = self.node(at).parent;
+        }
+        let node = self.node(at);
+        node.locals[(pos - node.start) as usize]
+    }
+
+    /// The locals of the blocks from position `from` to the end of `at`, on the chain down to
+    /// `at` (for inspection: a walk up the chain).
+    pub(super) fn locals(&self, mut at: u32, from: u32) -> Vec<LocalHash> {
+        let mut runs = Vec::new();
+        while at != FLEET_ROOT && self.node(at).end() > from {
+            let node = self.node(at);
+            let skip = from.saturating_sub(node.start) as usize;
+            runs.push(&node.locals[skip..]);
+            at = node.parent;
+        }
+        runs.iter()
+            .rev()
+            .flat_map(|run| run.iter().copied())
+            .collect()
+    }
+
     /// Adds each predicted worker's depth for `query` to `scores`.
     pub(super) fn find(&self, query: &[LocalHash], scores: &mut OverlapScores) {
         let (mut at, mut pos) = (FLEET_ROOT, 0usize);

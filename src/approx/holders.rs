@@ -109,6 +109,15 @@ impl Holders {
         }
     }
 
+    /// Whether `worker` is one.
+    pub(super) fn contains(&self, worker: Worker) -> bool {
+        match self {
+            Holders::One(one) => *one == worker,
+            Holders::Few(v) => v.binary_search(&worker).is_ok(),
+            Holders::Many(s) => s.contains(&worker),
+        }
+    }
+
     /// The holders, in order.
     pub(super) fn iter(&self) -> Iter<'_> {
         match self {
@@ -168,6 +177,7 @@ mod tests {
         assert!(matches!(holders, Holders::One(_)) && !holders.insert(w(3)));
         assert!(holders.insert(w(1)));
         assert!(matches!(holders, Holders::Few(_)));
+        assert!(holders.contains(w(1)) && holders.contains(w(3)) && !holders.contains(w(2)));
         assert_eq!(holders.iter().map(|w| w.id).collect::<Vec<_>>(), [1, 3]);
         assert!(holders.remove(w(1)));
         assert!(matches!(holders, Holders::One(one) if one == w(3)));
@@ -184,6 +194,7 @@ mod tests {
         }
         assert!(!holders.insert(w(5)));
         assert!(matches!(holders, Holders::Many(_)));
+        assert!(holders.contains(w(199)) && !holders.contains(w(200)));
         let ids: Vec<u64> = holders.iter().map(|w| w.id).collect();
         assert_eq!(ids, (0..200).collect::<Vec<_>>());
         for id in (0..200).filter(|id| id % 10 != 0) {

@@ -21,9 +21,11 @@
 //!   still the latest decision of some node, [`Trie::owners`] names the deepest such node, which
 //!   is where its expiry starts.
 //!
-//! A decision then costs a walk of its chain's locals down the trie (contiguous comparisons
-//! along each node's blocks), one step per node on the path, and the work of its new blocks.
-//! How it was measured against the per-block bookkeeping it replaced: paper, section 6.25.
+//! A trie node keeps no locals of its own: they are the fleet's, on the chain down to the fleet
+//! node it ends. A decision reads how deep its worker holds the chain from the fleet (the walk
+//! the query before it made, over the same memory), then steps down the trie by node lengths,
+//! one lookup per node on the path, and does the work of its new blocks. How it was measured
+//! against the per-block bookkeeping it replaced: paper, sections 6.25 and 6.28.
 
 use super::fleet::{FLEET_ROOT, Fleet};
 use super::retention::Retention;
@@ -54,7 +56,8 @@ struct Node {
     parent: u32,
     /// Position of the first block.
     start: u32,
-    locals: Vec<LocalHash>,
+    /// Its blocks (their locals are the fleet's, on the chain down to [`Node::fleet`]).
+    len: u32,
     /// The fleet node this node's last block ends (see [`Fleet`]).
     fleet: u32,
     /// Its children, listed in [`Trie::kids`].
@@ -72,7 +75,7 @@ struct Node {
 impl Node {
     /// The tick of the node's last block.
     fn last_tick(&self) -> u64 {
-        let last = u64::from(self.start) + self.locals.len() as u64 - 1;
+        let last = u64::from(self.start) + u64::from(self.len) - 1;
         self.latest.base + u64::from(self.latest.len) - 1 - last
     }
 }
@@ -105,7 +108,7 @@ impl Trie {
         let root = nodes.insert(Node {
             parent: ROOT,
             start: 0,
-            locals: Vec::new(),
+            len: 0,
             fleet: FLEET_ROOT,
             kids: 0,
             first: LocalHash(0),
@@ -147,20 +150,20 @@ impl Trie {
     /// parent, so that `at` keeps its identity (its owners and heap entries stay current).
     fn split(&mut self, at: u32, keep: usize, serial: &mut u64, fleet: &mut Fleet) -> u32 {
         let node = &mut self.nodes[at];
-        let tail = fleet.spares.copy(&node.locals[keep..]);
-        node.locals.truncate(keep);
-        let head_locals = core::mem::replace(&mut node.locals, tail);
+        let keep = keep as u32;
+        debug_assert!(0 < keep && keep < node.len);
         let (parent, start, latest, first) = (node.parent, node.start, node.latest, node.first);
-        let tail_first = node.locals[0];
+        let tail_first = fleet.local_at(node.fleet, start + keep);
         node.first = tail_first;
-        node.start += keep as u32;
+        node.start += keep;
+        node.len -= keep;
         let head_fleet = fleet.boundary(node.fleet, node.start);
         fleet.end(head_fleet);
         *serial += 1;
         let head = self.nodes.insert(Node {
             parent,
             start,
-            locals: head_locals,
+            len: keep,
             fleet: head_fleet,
             kids: 1,
             first,
@@ -190,7 +193,7 @@ impl Trie {
         node.serial == serial
             && node.kids == 0
             && node.pins == 0
-            && !node.locals.is_empty()
+            && node.len > 0
             && node.last_tick() == tick
     }
 
@@ -206,7 +209,7 @@ impl Trie {
     }
 
     /// Unlinks and frees `at` (no children, no blocks left to report).
-    fn drop_node(&mut self, at: u32, fleet: &mut Fleet) -> u32 {
+    fn drop_node(&mut self, at: u32) -> u32 {
         let Node {
             parent,
             first,
@@ -226,7 +229,6 @@ impl Trie {
             }
         }
         let node = self.node_mut(at);
-        fleet.spares.give(core::mem::take(&mut node.locals));
         // No heap entry names serial 0 (serials start at 1).
         node.serial = 0;
         self.nodes.free(at);
@@ -238,8 +240,8 @@ impl Trie {
         let worker = self.worker;
         let node = &mut self.nodes[at];
         let (old, pos) = (node.fleet, node.start + keep as u32);
-        self.blocks -= node.locals.len() - keep;
-        node.locals.truncate(keep);
+        self.blocks -= node.len as usize - keep;
+        node.len = keep as u32;
         if keep > 0 && fleet.truncate_alone(worker, old, pos) {
             return;
         }
@@ -266,13 +268,13 @@ impl Trie {
                 break;
             }
             self.leaves.pop();
-            let len = self.node(at).locals.len();
+            let len = self.node(at).len as usize;
             let take = (count - done).min(len);
             let keep = len - take;
             self.shorten(at, keep, fleet);
             done += take;
             if keep == 0 {
-                let parent = self.drop_node(at, fleet);
+                let parent = self.drop_node(at);
                 self.list_leaf(parent);
             } else {
                 self.list_leaf(at);
@@ -301,7 +303,7 @@ impl Trie {
 
     /// Calls `visit` with each node's blocks and its parent's last sequence hash, parents
     /// first.
-    fn walk(&self, mut visit: impl FnMut(Option<SeqHash>, &[Block])) {
+    fn walk(&self, fleet: &Fleet, mut visit: impl FnMut(Option<SeqHash>, &[Block])) {
         let mut children: HashMap<u32, Vec<u32>, RandomState> = HashMap::default();
         for (&(parent, _), &child) in &self.kids {
             children.entry(parent).or_default().push(child);
@@ -309,9 +311,10 @@ impl Trie {
         let mut stack: Vec<(u32, Option<SeqHash>)> = vec![(ROOT, None)];
         while let Some((at, parent)) = stack.pop() {
             for &child in children.get(&at).into_iter().flatten() {
-                let locals = &self.node(child).locals;
+                let node = self.node(child);
+                let locals = fleet.locals(node.fleet, node.start);
                 let blocks: Vec<Block> =
-                    (locals.iter().zip(hash::seq_hashes_after(parent, locals)))
+                    (locals.iter().zip(hash::seq_hashes_after(parent, &locals)))
                         .map(|(&local, seq)| Block::new(local, seq))
                         .collect();
                 visit(parent, &blocks);
@@ -399,7 +402,7 @@ impl Predictions {
     /// XXH3 sequence hashes of their chains (predicted blocks have no engine's hashes).
     pub(crate) fn dump(&self, out: &mut Vec<Event>) {
         for trie in self.workers.values() {
-            trie.walk(|parent, blocks| {
+            trie.walk(&self.fleet, |parent, blocks| {
                 out.push(Event::stored(trie.worker, 0, parent, blocks.to_vec()));
             });
         }
@@ -410,7 +413,9 @@ impl Predictions {
     pub(crate) fn holds(&self, worker: Worker, seq: SeqHash) -> bool {
         let mut found = false;
         if let Some(trie) = self.workers.get(&worker) {
-            trie.walk(|_, blocks| found |= blocks.iter().any(|b| b.seq == seq));
+            trie.walk(&self.fleet, |_, blocks| {
+                found |= blocks.iter().any(|b| b.seq == seq)
+            });
         }
         found
     }
@@ -456,7 +461,7 @@ impl Predictions {
             debug_assert_eq!(trie.node(node).kids, 0);
             loop {
                 trie.shorten(node, 0, &mut self.fleet);
-                let parent = trie.drop_node(node, &mut self.fleet);
+                let parent = trie.drop_node(node);
                 let p = trie.node(parent);
                 if parent == ROOT || p.kids > 0 || p.pins > 0 || !expired(&p.latest) {
                     trie.list_leaf(parent);
@@ -488,7 +493,7 @@ impl Predictions {
         };
         // Out of the fleet deepest first, so that each node is a leaf of the worker's when cut.
         let mut live: Vec<(u32, u32)> = (trie.nodes.slots())
-            .filter(|&(at, n)| at != ROOT && !n.locals.is_empty())
+            .filter(|&(at, n)| at != ROOT && n.len > 0)
             .map(|(at, n)| (n.start, at))
             .collect();
         live.sort_unstable_by(|a, b| b.cmp(a));
@@ -546,27 +551,24 @@ impl Predictions {
         });
         let owned_before = trie.owners.len();
 
-        // The held prefix: down the trie, each node on the way touched by this decision.
+        // The held prefix, as deep as the fleet lists the worker on the chain (the blocks the
+        // query just read), and down the trie by lengths: each node on the way touched.
+        let depth = fleet.held(worker, locals);
         let (mut at, mut held) = (ROOT, 0);
-        while held < n {
+        while held < depth {
             let Some(child) = trie.child(at, locals[held]) else {
+                debug_assert!(false, "the fleet lists {worker} for blocks its trie lacks");
                 break;
             };
-            let edge = &trie.node(child).locals;
-            let common = (edge.iter().zip(&locals[held..]))
-                .take_while(|(a, b)| a == b)
-                .count();
-            let whole = common == edge.len();
-            at = if whole {
+            let len = trie.node(child).len as usize;
+            let common = len.min(depth - held);
+            at = if common == len {
                 child
             } else {
                 trie.split(child, common, serial, fleet)
             };
             trie.touch(at, touch);
             held += common;
-            if !whole {
-                break;
-            }
         }
 
         // The rest, as far as capacity allows, evicting older leaves' blocks.
@@ -581,7 +583,7 @@ impl Predictions {
             let node = trie.nodes.insert(Node {
                 parent: at,
                 start: held as u32,
-                locals: fleet.spares.copy(added),
+                len: added.len() as u32,
                 fleet: end,
                 kids: 0,
                 first: added[0],
@@ -731,21 +733,21 @@ mod tests {
             for trie in self.workers.values() {
                 let mut kids = HashMap::<u32, u32>::new();
                 for (at, node) in trie.nodes.slots() {
-                    if at == ROOT || node.locals.is_empty() {
+                    if at == ROOT || node.len == 0 {
                         continue;
                     }
-                    assert_eq!(node.first, node.locals[0]);
+                    assert_eq!(node.first, self.fleet.local_at(node.fleet, node.start));
                     assert_eq!(trie.kids.get(&(node.parent, node.first)), Some(&at));
                     *kids.entry(node.parent).or_default() += 1;
-                    let end = node.start + node.locals.len() as u32;
+                    let end = node.start + node.len;
                     assert!(self.fleet.ends_at(node.fleet, end, trie.worker));
-                    blocks += node.locals.len();
+                    blocks += node.len as usize;
                     ends += 1;
                 }
                 assert!(trie.blocks > 0, "an empty trie is dropped");
                 assert_eq!(trie.kids.len(), kids.values().sum::<u32>() as usize);
                 for (at, node) in trie.nodes.slots() {
-                    if at == ROOT || !node.locals.is_empty() {
+                    if at == ROOT || node.len > 0 {
                         let count = kids.get(&at).copied().unwrap_or(0);
                         assert_eq!(node.kids, count, "node {at}'s children");
                     }
