@@ -444,9 +444,26 @@ pub fn median_round(mut rounds: Vec<Outcome>) -> Outcome {
     }
 }
 
+/// Waits (up to two seconds) until the heap stops changing: an index dropped by the last run
+/// may still be freed by its own threads (Dynamo's frees hundreds of MiB that way), which would
+/// slow the next run down and shift the bytes it measures.
+fn settle() {
+    collect_garbage();
+    let deadline = Instant::now() + Duration::from_secs(2);
+    let mut last = CountingAlloc::live_bytes();
+    while Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+        let now = CountingAlloc::live_bytes();
+        if now == last {
+            break;
+        }
+        last = now;
+    }
+}
+
 /// Runs `factory`'s policy and measures it, with the bytes its index holds at the end.
 pub fn run(requests: &[Prepared<'_>], cfg: &RouteConfig, factory: &PolicyFactory) -> Outcome {
-    collect_garbage();
+    settle();
     let before = CountingAlloc::live_bytes();
     let mut policy = (factory.make)(cfg);
     let mut outcome = simulate(requests, cfg, policy.as_mut());
