@@ -94,8 +94,9 @@ struct Trie {
     owners: HashMap<u64, u32, RandomState>,
     /// Whether blocks expire (a time to live).
     expires: bool,
-    /// The worker's running requests (pinning their chains).
-    running: HashSet<u64, RandomState>,
+    /// The worker's running requests (pinning their chains), by number: a release finds its
+    /// request through its worker.
+    running: HashMap<u64, Running, RandomState>,
     /// `(parent, first local of the child) -> child`: a step down is one lookup, however many
     /// children a node has (a shared first block has one for every conversation).
     kids: HashMap<(u32, LocalHash), u32, RandomState>,
@@ -128,7 +129,7 @@ impl Trie {
             leaves: BinaryHeap::new(),
             owners: HashMap::default(),
             expires,
-            running: HashSet::default(),
+            running: HashMap::default(),
             kids: HashMap::default(),
         }
     }
@@ -340,7 +341,6 @@ type Due = (Duration, u64, Worker);
 /// A running request: where its chain ends, and how many blocks it has.
 #[derive(Debug)]
 struct Running {
-    worker: Worker,
     end: u32,
     len: u32,
 }
@@ -363,7 +363,6 @@ pub(crate) struct Predictions {
     expiry: VecDeque<Due>,
     /// Owned decisions over every worker: what bounds the stale entries of `expiry`.
     owned: usize,
-    running: HashMap<u64, Running, RandomState>,
 }
 
 impl Predictions {
@@ -382,7 +381,6 @@ impl Predictions {
             ranks: HashMap::default(),
             expiry: VecDeque::new(),
             owned: 0,
-            running: HashMap::default(),
         }
     }
 
@@ -502,10 +500,6 @@ impl Predictions {
         }
         trie.nodes = Slab::default();
         shrink(&mut self.workers);
-        for id in &trie.running {
-            self.running.remove(id);
-        }
-        shrink(&mut self.running);
         // Its expiry entries go stale by themselves (their worker has no trie, or a new one
         // whose decisions have other ticks).
         self.owned -= trie.owners.len();
@@ -602,16 +596,9 @@ impl Predictions {
                     trie.node_mut(node).pins += 1;
                     node = trie.node(node).parent;
                 }
-                trie.running.insert(routed.number());
                 let len = (held + added.len()) as u32;
-                self.running.insert(
-                    routed.number(),
-                    Running {
-                        worker,
-                        end: at,
-                        len,
-                    },
-                );
+                trie.running
+                    .insert(routed.number(), Running { end: at, len });
             }
             trie.end_decision(at, touch);
             if self.ttl.is_some() {
@@ -644,20 +631,20 @@ impl Predictions {
     pub(crate) fn release(&mut self, routed: Routed, now: Duration) -> Result<(), ForeignRouted> {
         let id = routed.id_in(self.tag)?;
         self.advance(now);
-        let Some(run) = self.running.remove(&id) else {
+        let worker = routed.worker();
+        let Some(trie) = self.workers.get_mut(&worker) else {
             return Ok(());
         };
-        shrink(&mut self.running);
+        let Some(run) = trie.running.remove(&id) else {
+            return Ok(());
+        };
+        shrink(&mut trie.running);
         let touch = Touch {
             base: self.tick,
             len: run.len,
             at: self.now,
         };
         self.tick += u64::from(run.len);
-        let Some(trie) = self.workers.get_mut(&run.worker) else {
-            return Ok(());
-        };
-        trie.running.remove(&id);
         let owned_before = trie.owners.len();
         let mut node = run.end;
         while node != ROOT {
@@ -668,10 +655,10 @@ impl Predictions {
         trie.end_decision(run.end, touch);
         self.owned = self.owned + trie.owners.len() - owned_before;
         if self.ttl.is_some() {
-            self.expiry.push_back((touch.at, touch.base, run.worker));
+            self.expiry.push_back((touch.at, touch.base, worker));
         }
         self.compact_expiry();
-        self.drop_if_empty(run.worker);
+        self.drop_if_empty(worker);
         Ok(())
     }
 
