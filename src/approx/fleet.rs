@@ -51,8 +51,8 @@ pub(super) struct Fleet {
     nodes: Slab<FleetNode>,
     /// `(parent, first local of the child) -> child`.
     kids: HashMap<(u32, LocalHash), u32, RandomState>,
-    /// Freed block lists, for the fleet's new nodes and the workers' tries.
-    pub(super) spares: Spares,
+    /// Freed block lists, for new nodes.
+    spares: Spares,
 }
 
 impl Default for Fleet {
@@ -163,7 +163,7 @@ impl Fleet {
                 break;
             };
             let edge = &self.node(child).locals;
-            let common = (edge.iter().zip(rest)).take_while(|(a, b)| a == b).count();
+            let common = common_prefix(edge, rest);
             at = if common < edge.len() {
                 self.split(child, common)
             } else {
@@ -274,9 +274,7 @@ impl Fleet {
             if !node.holders.contains(worker) {
                 break;
             }
-            let common = (node.locals.iter().zip(&query[pos..]))
-                .take_while(|(a, b)| a == b)
-                .count();
+            let common = common_prefix(&node.locals, &query[pos..]);
             pos += common;
             if common < node.locals.len() {
                 break;
@@ -319,9 +317,7 @@ impl Fleet {
                 break;
             };
             let edge = &self.node(child).locals;
-            let common = (edge.iter().zip(&query[pos..]))
-                .take_while(|(a, b)| a == b)
-                .count();
+            let common = common_prefix(edge, &query[pos..]);
             if at == FLEET_ROOT {
                 scores.reserve(self.node(child).holders.len());
             } else {
@@ -347,6 +343,11 @@ impl Fleet {
             }
         }
     }
+}
+
+/// How many blocks `edge` and `query` share from their starts.
+fn common_prefix(edge: &[LocalHash], query: &[LocalHash]) -> usize {
+    (edge.iter().zip(query)).take_while(|(a, b)| a == b).count()
 }
 
 #[cfg(test)]
