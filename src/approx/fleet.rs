@@ -29,6 +29,9 @@ struct FleetNode {
     /// Position of the first block in its chains.
     start: u32,
     locals: Vec<LocalHash>,
+    /// The local of its first block, its key under its parent: unlinking a node reads no block
+    /// list.
+    first: LocalHash,
     /// Workers holding every block.
     holders: Holders,
     /// Children, listed in [`Fleet::kids`] by their first local.
@@ -84,7 +87,7 @@ impl Fleet {
     /// Links `child` (its parent and locals set) under its parent.
     fn link(&mut self, child: u32) {
         let node = self.node(child);
-        let (parent, first) = (node.parent, node.locals[0]);
+        let (parent, first) = (node.parent, node.first);
         self.kids.insert((parent, first), child);
         let parent = self.node_mut(parent);
         parent.kids += 1;
@@ -98,19 +101,21 @@ impl Fleet {
         let tail = self.spares.copy(&node.locals[keep..]);
         node.locals.truncate(keep);
         let head_locals = core::mem::replace(&mut node.locals, tail);
-        let (parent, start, holders) = (node.parent, node.start, node.holders.clone());
+        let (parent, start, first) = (node.parent, node.start, node.first);
+        let holders = node.holders.clone();
         node.start += keep as u32;
         let tail_first = node.locals[0];
+        node.first = tail_first;
         let head = self.nodes.insert(FleetNode {
             parent,
             start,
             locals: head_locals,
+            first,
             holders,
             kids: 1,
             kid_xor: at,
             ends: 0,
         });
-        let first = self.node(head).locals[0];
         self.kids.insert((parent, first), head);
         self.node_mut(parent).kid_xor ^= at ^ head;
         self.kids.insert((head, tail_first), at);
@@ -153,6 +158,7 @@ impl Fleet {
                     parent: at,
                     start,
                     locals: self.spares.copy(rest),
+                    first: rest[0],
                     holders: Holders::one(worker),
                     kids: 0,
                     kid_xor: 0,
@@ -207,7 +213,7 @@ impl Fleet {
                 break;
             }
             debug_assert_eq!((node.kids, node.ends), (0, 0));
-            let (parent, first) = (node.parent, node.locals[0]);
+            let (parent, first) = (node.parent, node.first);
             self.kids.remove(&(parent, first));
             let above = self.node_mut(parent);
             above.kids -= 1;
@@ -239,7 +245,7 @@ impl Fleet {
         debug_assert_eq!(self.node(child).start, node.end());
         debug_assert_eq!(self.node(child).holders, node.holders);
         let head = core::mem::take(self.node_mut(at));
-        let child_first = self.node(child).locals[0];
+        let child_first = self.node(child).first;
         self.kids.remove(&(at, child_first));
         let node = &mut self.nodes[child];
         let mut locals = head.locals;
@@ -248,8 +254,8 @@ impl Fleet {
         self.spares.give(tail);
         node.start = head.start;
         node.parent = head.parent;
-        let first = node.locals[0];
-        self.kids.insert((head.parent, first), child);
+        node.first = head.first;
+        self.kids.insert((head.parent, head.first), child);
         self.node_mut(head.parent).kid_xor ^= at ^ child;
         self.nodes.free(at);
     }
@@ -364,7 +370,8 @@ impl Fleet {
             }
             let parent = self.node(node.parent);
             assert!(live(node.parent), "node {at} under a freed node");
-            assert_eq!(self.child(node.parent, node.locals[0]), Some(at));
+            assert_eq!(node.first, node.locals[0]);
+            assert_eq!(self.child(node.parent, node.first), Some(at));
             assert_eq!(
                 node.start,
                 parent.end(),
