@@ -141,7 +141,59 @@ impl<I: KvIndex> ApproximateIndexer<I> {
     /// Does nothing but move the clock for a worker that publishes events (it is exact), or for
     /// an empty chain. The returned [`Routed`] is for [`release`](Self::release).
     pub fn record_routing(&self, worker: Worker, locals: &[LocalHash], now: Duration) -> Routed {
-        write(&self.predictions).route(worker, locals, now)
+        write(&self.predictions).route(worker, locals, now, None)
+    }
+
+    /// A whole routing decision: the scores of `query` (as
+    /// [`find_matches`](KvIndex::find_matches) answers them), the worker `choose` picks from
+    /// them, and [`record_routing`](Self::record_routing) of `query` to that worker at `now`.
+    /// Returns the worker and the decision's [`Routed`].
+    ///
+    /// The same as those three calls one after the other, except that no other decision comes
+    /// between them (one lock is held throughout, so `choose` should be quick and must not call
+    /// this index) and the query's walk of the predicted chains is not made twice.
+    ///
+    /// ```
+    /// use core::time::Duration;
+    /// use flash_indexer::{hash, ApproximateIndexer, Retention, Worker};
+    ///
+    /// let index: ApproximateIndexer<flash_indexer::DefaultIndexer> =
+    ///     ApproximateIndexer::new(Retention::lru(1_000));
+    /// let prompt = hash::local_hashes(&(0..256).collect::<Vec<u32>>(), 64);
+    /// let at = Duration::from_secs(1);
+    /// // Nothing is predicted yet: the scores are empty and worker 2 gets the request.
+    /// let (worker, _) = index.route(&prompt, at, |scores| {
+    ///     scores.best().map_or(Worker::new(2, 0), |(w, _)| w)
+    /// });
+    /// assert_eq!(worker, Worker::new(2, 0));
+    /// // The next request with that prompt finds it there.
+    /// let (worker, _) = index.route(&prompt, at, |scores| {
+    ///     assert_eq!(scores.get(Worker::new(2, 0)), Some(4));
+    ///     scores.best().map_or(Worker::new(0, 0), |(w, _)| w)
+    /// });
+    /// assert_eq!(worker, Worker::new(2, 0));
+    /// ```
+    pub fn route(
+        &self,
+        query: &[LocalHash],
+        now: Duration,
+        choose: impl FnOnce(&OverlapScores) -> Worker,
+    ) -> (Worker, Routed) {
+        let mut predictions = write(&self.predictions);
+        let mut scores = if read(&self.exact).is_empty() {
+            OverlapScores::new()
+        } else {
+            self.index.find_matches(query)
+        };
+        let exact_entries = scores.len();
+        predictions.fleet.find(query, &mut scores);
+        let worker = choose(&scores);
+        // The chosen worker's depth on the predicted chains, which the walk just found.
+        let held = (scores.iter().skip(exact_entries))
+            .find(|&(w, _)| w == worker)
+            .map_or(0, |(_, depth)| depth as usize);
+        let routed = predictions.route(worker, query, now, Some(held));
+        (worker, routed)
     }
 
     /// The request `routed` finished at `now`: its blocks stop being pinned and become
@@ -274,6 +326,17 @@ impl<I: KvIndex> KvIndex for ApproximateIndexer<I> {
 pub trait ApproximateIndex: KvIndex {
     /// See [`ApproximateIndexer::record_routing`].
     fn record_routing(&self, worker: Worker, locals: &[LocalHash], now: Duration) -> Routed;
+    /// See [`ApproximateIndexer::route`]: by default, [`find_matches`](KvIndex::find_matches),
+    /// `choose`, then [`record_routing`](Self::record_routing).
+    fn route(
+        &self,
+        query: &[LocalHash],
+        now: Duration,
+        choose: &mut dyn FnMut(&OverlapScores) -> Worker,
+    ) -> (Worker, Routed) {
+        let worker = choose(&self.find_matches(query));
+        (worker, self.record_routing(worker, query, now))
+    }
     /// See [`ApproximateIndexer::release`].
     fn release(&self, routed: Routed, now: Duration) -> Result<(), ForeignRouted>;
     /// See [`ApproximateIndexer::expire`].
@@ -289,6 +352,14 @@ macro_rules! approximate_index_by_inherent_methods {
         impl$(<$param: KvIndex>)? ApproximateIndex for $ty {
             fn record_routing(&self, worker: Worker, locals: &[LocalHash], now: Duration) -> Routed {
                 Self::record_routing(self, worker, locals, now)
+            }
+            fn route(
+                &self,
+                query: &[LocalHash],
+                now: Duration,
+                choose: &mut dyn FnMut(&OverlapScores) -> Worker,
+            ) -> (Worker, Routed) {
+                Self::route(self, query, now, choose)
             }
             fn release(&self, routed: Routed, now: Duration) -> Result<(), ForeignRouted> {
                 Self::release(self, routed, now)

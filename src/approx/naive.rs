@@ -178,6 +178,18 @@ impl NaiveApproximateIndexer {
         Routed::new(worker, state.tag, id)
     }
 
+    /// See [`ApproximateIndexer::route`](super::ApproximateIndexer::route): the query's scores,
+    /// the worker `choose` picks, and the decision recorded.
+    pub fn route(
+        &self,
+        query: &[LocalHash],
+        now: Duration,
+        choose: impl FnOnce(&OverlapScores) -> Worker,
+    ) -> (Worker, Routed) {
+        let worker = choose(&self.find_matches(query));
+        (worker, self.record_routing(worker, query, now))
+    }
+
     /// See [`ApproximateIndexer::release`](super::ApproximateIndexer::release).
     pub fn release(&self, routed: Routed, now: Duration) -> Result<(), ForeignRouted> {
         let mut state = lock(&self.state);

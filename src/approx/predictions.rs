@@ -431,11 +431,13 @@ impl Predictions {
     }
 
     /// Moves the clock to `now` (never backwards) and expires what its time to live has passed.
-    pub(crate) fn advance(&mut self, now: Duration) {
+    /// Returns whether any predicted block went.
+    pub(crate) fn advance(&mut self, now: Duration) -> bool {
         self.now = self.now.max(now);
         let Some(ttl) = self.ttl else {
-            return;
+            return false;
         };
+        let mut dropped = false;
         let now = self.now;
         let expired = |t: &Touch| t.at.saturating_add(ttl) <= now;
         while let Some(&(at, base, worker)) = self.expiry.front() {
@@ -457,6 +459,7 @@ impl Predictions {
             }
             // Deeper decisions are older and expired first (or are pinned, and so is this).
             debug_assert_eq!(trie.node(node).kids, 0);
+            dropped = true;
             loop {
                 trie.shorten(node, 0, &mut self.fleet);
                 let parent = trie.drop_node(node);
@@ -475,6 +478,7 @@ impl Predictions {
             self.owned -= owned_before - trie.owners.len();
             self.drop_if_empty(worker);
         }
+        dropped
     }
 
     /// Forgets `worker`'s trie once it predicts nothing.
@@ -521,9 +525,17 @@ impl Predictions {
 
     /// Predicts that `worker` now caches the chain `locals`: touches what it already holds,
     /// adds the rest as far as its capacity allows (evicting least recently used unpinned blocks
-    /// of other requests), and pins the chain when running requests are pinned.
-    pub(crate) fn route(&mut self, worker: Worker, locals: &[LocalHash], now: Duration) -> Routed {
-        self.advance(now);
+    /// of other requests), and pins the chain when running requests are pinned. `held`, when
+    /// known, is how deep the fleet listed `worker` on `locals` before `now`'s expiry (a query's
+    /// walk just found it).
+    pub(crate) fn route(
+        &mut self,
+        worker: Worker,
+        locals: &[LocalHash],
+        now: Duration,
+        held: Option<usize>,
+    ) -> Routed {
+        let held = if self.advance(now) { None } else { held };
         let routed = Routed::new(worker, self.tag, self.next_request);
         self.next_request += 1;
         if locals.is_empty() || self.exact.contains(&worker) {
@@ -547,7 +559,8 @@ impl Predictions {
 
         // The held prefix, as deep as the fleet lists the worker on the chain (the blocks the
         // query just read), and down the trie by lengths: each node on the way touched.
-        let depth = fleet.held(worker, locals);
+        let depth = held.unwrap_or_else(|| fleet.held(worker, locals));
+        debug_assert_eq!(depth, fleet.held(worker, locals));
         let (mut at, mut held) = (ROOT, 0);
         while held < depth {
             let Some(child) = trie.child(at, locals[held]) else {
@@ -788,7 +801,7 @@ mod tests {
                     Op::Route(w, chain) => {
                         let locals: Vec<LocalHash> =
                             chain.iter().map(|&l| LocalHash(u64::from(l))).collect();
-                        routed.push(predictions.route(Worker::new(u64::from(w), 0), &locals, now));
+                        routed.push(predictions.route(Worker::new(u64::from(w), 0), &locals, now, None));
                     }
                     Op::Release(i) => {
                         if !routed.is_empty() {

@@ -8,6 +8,7 @@ use super::enabled_layouts;
 use crate::approx::{ApproximateIndex, ApproximateIndexer, NaiveApproximateIndexer, Retention};
 use crate::hash;
 use crate::index::KvIndex;
+use crate::scores::OverlapScores;
 use crate::types::{Block, Event, LocalHash, SeqHash, Worker};
 use arbitrary::{Arbitrary, Unstructured};
 use core::time::Duration;
@@ -24,6 +25,9 @@ const MAX_CHAIN: usize = 24;
 pub enum ApproxStep {
     /// A routing decision of `chain` to `worker`, at the harness's clock.
     Route { worker: u8, chain: Vec<u8> },
+    /// A whole decision of `chain` ([`ApproximateIndex::route`]): the best-scored worker
+    /// (ties to the lowest) when `pick` is even, else worker `pick / 2` whatever the scores.
+    Decide { chain: Vec<u8>, pick: u8 },
     /// The `request`-th routed request (modulo how many there were) finished.
     Release { request: u8 },
     /// The clock moves forward.
@@ -94,6 +98,16 @@ fn chain(letters: &[u8]) -> Vec<LocalHash> {
         .collect()
 }
 
+/// A [`ApproxStep::Decide`]'s choice from `scores` (kept in `seen`, to compare).
+fn choose(scores: &OverlapScores, pick: u8, seen: &mut Vec<(Worker, u32)>) -> Worker {
+    *seen = scores.to_sorted_vec();
+    let best = (seen.iter()).max_by_key(|&&(w, depth)| (depth, core::cmp::Reverse(w)));
+    match (pick % 2, best) {
+        (0, Some(&(w, _))) => w,
+        _ => worker(pick / 2),
+    }
+}
+
 const WORKERS: [u8; 6] = [0, 1, 2, 3, 4, 5];
 
 /// Runs `case` on `subject` and on the reference, comparing every result, every query of every
@@ -127,6 +141,22 @@ pub fn check_approximate(subject: &dyn ApproximateIndex, case: &ApproxCase) -> R
                 remember(&mut seen, &c);
                 let a = subject.record_routing(worker(*w), &c, now);
                 let b = reference.record_routing(worker(*w), &c, now);
+                routed.push((a, b));
+            }
+            ApproxStep::Decide { chain: c, pick } => {
+                let c = chain(c);
+                remember(&mut seen, &c);
+                let (mut seen_a, mut seen_b) = (Vec::new(), Vec::new());
+                let (wa, a) = subject.route(&c, now, &mut |s: &OverlapScores| {
+                    choose(s, *pick, &mut seen_a)
+                });
+                let (wb, b) =
+                    reference.route(&c, now, |s: &OverlapScores| choose(s, *pick, &mut seen_b));
+                if (wa, &seen_a) != (wb, &seen_b) {
+                    return fail(format!(
+                        "chose {wa} from {seen_a:?}, reference {wb} from {seen_b:?}"
+                    ));
+                }
                 routed.push((a, b));
             }
             ApproxStep::Release { request } => {
@@ -266,6 +296,7 @@ pub fn approx_case_strategy() -> impl proptest::strategy::Strategy<Value = Appro
     let chain = || proptest::collection::vec(0u8..4, 0..10);
     let step = prop_oneof![
         6 => (0u8..6, chain()).prop_map(|(worker, chain)| ApproxStep::Route { worker, chain }),
+        3 => (chain(), any::<u8>()).prop_map(|(chain, pick)| ApproxStep::Decide { chain, pick }),
         3 => any::<u8>().prop_map(|request| ApproxStep::Release { request }),
         2 => (0u16..200).prop_map(|ms| ApproxStep::Advance { ms }),
         1 => (0u8..100).prop_map(|ms| ApproxStep::Rewind { ms }),
