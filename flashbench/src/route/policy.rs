@@ -132,14 +132,9 @@ pub struct ApproximateKv {
     pub name: String,
     pub index: ApproximateIndexer<flash_indexer::DefaultIndexer>,
     pub overlap_weight: f64,
-    /// The routed requests still running, by trace position (released when they finish). A
-    /// router keeps each ticket with its request; a map stands in for that, with a hasher
-    /// cheaper than SipHash so that the harness adds little to the decisions it times.
-    pub routed: std::collections::HashMap<
-        usize,
-        flash_indexer::Routed,
-        xxhash_rust::xxh3::Xxh3DefaultBuilder,
-    >,
+    /// The routed requests still running, by trace position (released when they finish): a
+    /// router keeps each ticket with its request, and a slot per request stands in for that.
+    pub routed: Vec<Option<flash_indexer::Routed>>,
 }
 
 impl ApproximateKv {
@@ -148,7 +143,7 @@ impl ApproximateKv {
             name: name.into(),
             index: ApproximateIndexer::new(retention),
             overlap_weight,
-            routed: Default::default(),
+            routed: Vec::new(),
         }
     }
 }
@@ -162,23 +157,28 @@ impl Policy for ApproximateKv {
         self.name.clone()
     }
     fn choose(&mut self, request: &Request<'_>, loads: &Loads<'_>) -> u64 {
-        let scores = self.index.find_matches(request.locals);
-        let worker = least_cost(
-            request.locals.len(),
-            |w| scores.get(Worker::new(w, 0)).unwrap_or(0),
-            loads,
-            self.overlap_weight,
-        );
-        let routed =
-            self.index
-                .record_routing(Worker::new(worker, 0), request.locals, at(request.now_us));
+        let overlap_weight = self.overlap_weight;
+        let (worker, routed) = self
+            .index
+            .route(request.locals, at(request.now_us), |scores| {
+                let w = least_cost(
+                    request.locals.len(),
+                    |w| scores.get(Worker::new(w, 0)).unwrap_or(0),
+                    loads,
+                    overlap_weight,
+                );
+                Worker::new(w, 0)
+            });
         if self.index.retention().pins_running() {
-            self.routed.insert(request.index, routed);
+            if self.routed.len() <= request.index {
+                self.routed.resize(request.index + 1, None);
+            }
+            self.routed[request.index] = Some(routed);
         }
-        worker
+        worker.id
     }
     fn finished(&mut self, request: usize, _worker: u64, now_us: u64) {
-        if let Some(routed) = self.routed.remove(&request) {
+        if let Some(routed) = self.routed.get_mut(request).and_then(Option::take) {
             self.index
                 .release(routed, at(now_us))
                 .expect("routed by this index");
