@@ -461,14 +461,16 @@ fn settle() {
     }
 }
 
-/// Runs `factory`'s policy and measures it, with the bytes its index holds at the end.
+/// Runs `factory`'s policy and measures it, with the bytes its index holds at the end (the
+/// policy's own bookkeeping left out).
 pub fn run(requests: &[Prepared<'_>], cfg: &RouteConfig, factory: &PolicyFactory) -> Outcome {
     settle();
     let before = CountingAlloc::live_bytes();
     let mut policy = (factory.make)(cfg);
     let mut outcome = simulate(requests, cfg, policy.as_mut());
     collect_garbage();
-    outcome.index_bytes = (CountingAlloc::live_bytes() - before) as i64;
+    outcome.index_bytes =
+        (CountingAlloc::live_bytes() - before - policy.bookkeeping_bytes() as isize) as i64;
     drop(policy);
     outcome
 }

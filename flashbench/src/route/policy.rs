@@ -43,6 +43,11 @@ pub trait Policy {
     fn pace(&self) -> Option<f64> {
         None
     }
+    /// Heap bytes the policy keeps beside its index for the router's own bookkeeping (a
+    /// router keeps those with its requests): not counted as the index's.
+    fn bookkeeping_bytes(&self) -> usize {
+        0
+    }
 }
 
 /// The KV-aware cost rule (see the module docs): the worker of least cost, ties to the lowest id.
@@ -176,6 +181,9 @@ impl Policy for ApproximateKv {
             self.routed[request.index] = Some(routed);
         }
         worker.id
+    }
+    fn bookkeeping_bytes(&self) -> usize {
+        self.routed.capacity() * std::mem::size_of::<Option<flash_indexer::Routed>>()
     }
     fn finished(&mut self, request: usize, _worker: u64, now_us: u64) {
         if let Some(routed) = self.routed.get_mut(request).and_then(Option::take) {
