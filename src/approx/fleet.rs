@@ -14,6 +14,7 @@
 
 use super::holders::Holders;
 use super::spares::Spares;
+use crate::index_core::search::common_prefix;
 use crate::scores::OverlapScores;
 use crate::slab::Slab;
 use crate::types::{LocalHash, Worker};
@@ -349,11 +350,6 @@ impl Fleet {
             }
         }
     }
-}
-
-/// How many blocks `edge` and `query` share from their starts.
-fn common_prefix(edge: &[LocalHash], query: &[LocalHash]) -> usize {
-    (edge.iter().zip(query)).take_while(|(a, b)| a == b).count()
 }
 
 #[cfg(test)]

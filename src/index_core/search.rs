@@ -529,7 +529,7 @@ fn warm<L: Tree>(layout: &L, block: Block<'_, L::Node>, guard: &L::Guard<'_>) {
 /// without an early exit so that the compiler compares a chunk's hashes side by side (SIMD),
 /// then block by block inside the chunk where they part.
 #[inline]
-fn common_prefix(edge: &[LocalHash], query: &[LocalHash]) -> usize {
+pub(crate) fn common_prefix(edge: &[LocalHash], query: &[LocalHash]) -> usize {
     const CHUNK: usize = 8;
     let n = edge.len().min(query.len());
     let (edge, query) = (&edge[..n], &query[..n]);
