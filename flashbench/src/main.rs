@@ -198,6 +198,12 @@ enum Command {
         /// whatever their writers' work; 0 queries as soon as the events are in.
         #[arg(long, default_value_t = 0)]
         query_gap_us: u64,
+        /// Hybrid preset: each one-group query also waits, from the previous answer, as long as
+        /// the same query of the layout's latest two-group run waited for its writer, so that
+        /// both models' queries follow the same idle times (paper §6.21: a query after a longer
+        /// idle runs slower on these machines, whatever the index).
+        #[arg(long)]
+        idle_matched: bool,
         /// The fleet preset sends every request this many times (disjoint hash ids).
         #[arg(long, default_value_t = 2)]
         fleet_duplicate: usize,
@@ -631,6 +637,7 @@ fn run(cli: Cli) -> Result<(), String> {
             fleet_workers,
             fleet_duplicate,
             query_gap_us,
+            idle_matched,
             out,
             no_write,
             engine,
@@ -650,6 +657,7 @@ fn run(cli: Cli) -> Result<(), String> {
                 fleet_workers: *fleet_workers,
                 fleet_duplicate: *fleet_duplicate,
                 query_gap: std::time::Duration::from_micros(*query_gap_us),
+                idle_matched: *idle_matched,
                 method: *method,
                 out: (!no_write).then(|| out.clone()),
             };

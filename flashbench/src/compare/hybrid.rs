@@ -93,17 +93,30 @@ fn steps(
 
 type Scores = Vec<(Worker, u32)>;
 
-/// Each query's answer from `index`, and each query's nanoseconds (`timed`). Events are
-/// applied on a writer thread, as a router's event loop applies them, and each query runs on
-/// the calling thread once every event before it is in (the writer waits for the answer), so
-/// the answers are the reference's and the query's caches hold what a query thread's would.
-/// With a `gap`, a query also waits until `gap` after the previous one started.
-fn replay(
-    index: &dyn HybridIndex,
-    steps: &[HybridStep],
-    timed: bool,
-    gap: Duration,
-) -> (Vec<Scores>, Vec<u64>) {
+/// When a query may start, besides once every event before it is in.
+#[derive(Clone, Copy)]
+enum Pace<'a> {
+    /// At once.
+    Free,
+    /// At least this long after the previous query started.
+    Gap(Duration),
+    /// Query `i` at least `idle[i]` after the previous answer: another run's idle times.
+    Idle(&'a [Duration]),
+}
+
+/// One replay's answers, and for each query its nanoseconds (when `timed`) and the idle time
+/// before it (from the previous answer to its start).
+struct Replayed {
+    answers: Vec<Scores>,
+    ns: Vec<u64>,
+    idle: Vec<Duration>,
+}
+
+/// Replays `steps` into `index`. Events are applied on a writer thread, as a router's event
+/// loop applies them, and each query runs on the calling thread once every event before it is
+/// in (the writer waits for the answer), so the answers are the reference's and the query's
+/// caches hold what a query thread's would. `pace` may hold a query back longer.
+fn replay(index: &dyn HybridIndex, steps: &[HybridStep], timed: bool, pace: Pace<'_>) -> Replayed {
     use std::sync::atomic::{AtomicUsize, Ordering};
     let groups = index.model().len() as u32;
     let queries: Vec<&Vec<LocalHash>> = steps
@@ -115,9 +128,13 @@ fn replay(
         .collect();
     // Queries the writer has reached (every event before them applied), and queries answered.
     let (reached, answered) = (AtomicUsize::new(0), AtomicUsize::new(0));
-    let mut answers = Vec::with_capacity(queries.len());
-    let mut ns = Vec::with_capacity(queries.len());
-    let mut due = Instant::now();
+    let mut out = Replayed {
+        answers: Vec::with_capacity(queries.len()),
+        ns: Vec::with_capacity(queries.len()),
+        idle: Vec::with_capacity(queries.len()),
+    };
+    let mut previous = Instant::now();
+    let mut last_start = previous;
     std::thread::scope(|scope| {
         scope.spawn(|| {
             for step in steps {
@@ -136,21 +153,28 @@ fn replay(
             }
         });
         for (at, query) in queries.iter().enumerate() {
+            let due = match pace {
+                Pace::Free => previous,
+                Pace::Gap(gap) => last_start + gap,
+                Pace::Idle(idle) => previous + idle.get(at).copied().unwrap_or_default(),
+            };
             while reached.load(Ordering::Acquire) <= at || Instant::now() < due {
                 std::hint::spin_loop();
             }
             let query = (*query).clone();
             let t0 = Instant::now();
-            due = t0 + gap;
+            last_start = t0;
+            out.idle.push(t0 - previous);
             let scores = index.find_matches(&query);
             if timed {
-                ns.push(t0.elapsed().as_nanos() as u64);
+                out.ns.push(t0.elapsed().as_nanos() as u64);
             }
-            answers.push(scores.to_sorted_vec());
+            out.answers.push(scores.to_sorted_vec());
+            previous = Instant::now();
             answered.store(at + 1, Ordering::Release);
         }
     });
-    (answers, ns)
+    out
 }
 
 fn quantile(ns: &[u64], q: f64) -> f64 {
@@ -173,7 +197,11 @@ pub fn run(
     cfg: &EngineConfig,
     rounds: usize,
     gap: Duration,
+    idle_matched: bool,
 ) -> Result<String, String> {
+    if idle_matched && !gap.is_zero() {
+        return Err("the hybrid preset takes a query gap or matched idle times, not both".into());
+    }
     let bs = cfg.block_size as u32;
     let one = ModelGroups::full_attention(bs);
     let two = ModelGroups::new(vec![
@@ -190,15 +218,30 @@ pub fn run(
     eprintln!("hybrid: computing the reference answers ...");
     let [expected_one, expected_two] = [&one, &two].map(|model| {
         let reference = NaiveHybridIndexer::new(model.clone());
-        replay(&reference, &steps, false, Duration::ZERO).0
+        replay(&reference, &steps, false, Pace::Free).answers
     });
     let layouts: Vec<_> = flash_indexer::testing::enabled_layouts()
         .into_iter()
         .filter(|f| f.primary)
         .collect();
-    // Per layout and model: p50 and p99 of every round.
+    // Per layout and model: p50 and p99 of every round, and the median idle time before a query.
     let mut cells: Vec<[Vec<(f64, f64)>; 2]> = layouts.iter().map(|_| [vec![], vec![]]).collect();
+    let mut idles: Vec<[Vec<f64>; 2]> = layouts.iter().map(|_| [vec![], vec![]]).collect();
+    // Per layout, the idle times of its latest two-group run: with `idle_matched`, the one-group
+    // queries wait as long, so that both models' queries follow the same idle time.
+    let mut schedules: Vec<Vec<Duration>> = vec![Vec::new(); layouts.len()];
     let mut wrong = Vec::new();
+    if idle_matched {
+        for (l, layout) in layouts.iter().enumerate() {
+            eprintln!(
+                "hybrid: {} (2 groups), idle times for the first round",
+                layout.name
+            );
+            let index: HybridIndexer<Box<dyn KvIndex>> =
+                HybridIndexer::with_layout(two.clone(), (layout.make)());
+            schedules[l] = replay(&index, &steps, false, Pace::Free).idle;
+        }
+    }
     for round in 0..rounds.max(1) {
         for (l, layout) in layouts.iter().enumerate() {
             // Which model goes first alternates, round by round.
@@ -213,7 +256,13 @@ pub fn run(
                 );
                 let index: HybridIndexer<Box<dyn KvIndex>> =
                     HybridIndexer::with_layout(model.clone(), (layout.make)());
-                let (answers, ns) = replay(&index, &steps, true, gap);
+                let pace = match (idle_matched, m) {
+                    (true, 0) => Pace::Idle(&schedules[l]),
+                    (true, _) => Pace::Free,
+                    (false, _) if gap.is_zero() => Pace::Free,
+                    (false, _) => Pace::Gap(gap),
+                };
+                let Replayed { answers, ns, idle } = replay(&index, &steps, true, pace);
                 let differing = answers.iter().zip(expected).filter(|(a, e)| a != e).count();
                 if differing > 0 {
                     wrong.push(format!(
@@ -223,6 +272,11 @@ pub fn run(
                     ));
                 }
                 cells[l][m].push((quantile(&ns, 0.5), quantile(&ns, 0.99)));
+                let idle_ns: Vec<u64> = idle.iter().map(|d| d.as_nanos() as u64).collect();
+                idles[l][m].push(quantile(&idle_ns, 0.5));
+                if idle_matched && m == 1 {
+                    schedules[l] = idle;
+                }
             }
         }
     }
@@ -239,33 +293,95 @@ pub fn run(
          every answer equal to its model's reference.\n",
         cfg.workers,
         cfg.capacity_blocks,
-        if gap.is_zero() {
-            String::new()
-        } else {
-            format!(
+        match (idle_matched, gap.is_zero()) {
+            (true, _) => " and, with one group, at least as long after the previous answer as \
+                          the query of the layout's latest two-group run waited for its writer \
+                          (matched idle times)"
+                .to_string(),
+            (false, true) => String::new(),
+            (false, false) => format!(
                 " and at least {} us after the previous query",
                 gap.as_micros()
-            )
+            ),
         }
     );
     let _ = writeln!(
         md,
-        "| layout | p50 us, 1 group | p50 us, 2 groups | p50 ratio | p99 us, 1 group | p99 us, 2 groups | p99 ratio |\n|---|---|---|---|---|---|---|"
+        "| layout | p50 us, 1 group | p50 us, 2 groups | p50 ratio | p99 us, 1 group | p99 us, 2 groups | p99 ratio | idle us before a query, 1 / 2 groups |\n|---|---|---|---|---|---|---|---|"
     );
-    for (layout, [one, two]) in layouts.iter().zip(&cells) {
+    for ((layout, [one, two]), [idle_one, idle_two]) in layouts.iter().zip(&cells).zip(&idles) {
         let p50 = |v: &Vec<(f64, f64)>| median(v.iter().map(|c| c.0).collect());
         let p99 = |v: &Vec<(f64, f64)>| median(v.iter().map(|c| c.1).collect());
         let _ = writeln!(
             md,
-            "| {} | {:.2} | {:.2} | {:.2}x | {:.2} | {:.2} | {:.2}x |",
+            "| {} | {:.2} | {:.2} | {:.2}x | {:.2} | {:.2} | {:.2}x | {:.1} / {:.1} |",
             layout.name,
             p50(one),
             p50(two),
             p50(two) / p50(one),
             p99(one),
             p99(two),
-            p99(two) / p99(one)
+            p99(two) / p99(one),
+            median(idle_one.clone()),
+            median(idle_two.clone()),
         );
     }
     Ok(md)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use flash_indexer::Block;
+
+    /// Two workers' stores, each followed by a query, on the window group too.
+    fn few_steps() -> Vec<HybridStep> {
+        let blocks: Vec<Block> = (0..4)
+            .map(|i| Block::new(LocalHash(i), SeqHash(100 + i)))
+            .collect();
+        let query: Vec<LocalHash> = (0..4).map(LocalHash).collect();
+        let mut steps = Vec::new();
+        for id in 0..3 {
+            let worker = Worker::new(id, 0);
+            for group in 0..2 {
+                let event = Event::stored(worker, 0, None, blocks.clone());
+                steps.push(HybridStep::Event(group, event));
+            }
+            steps.push(HybridStep::Query(query.clone()));
+        }
+        steps
+    }
+
+    #[test]
+    fn matched_idle_times_hold_each_query_back_as_long_as_asked() {
+        let model = ModelGroups::new(vec![
+            GroupSpec::new(GroupKind::FullAttention, 4),
+            GroupSpec::new(GroupKind::SlidingWindow { window: 8 }, 4),
+        ])
+        .unwrap();
+        let steps = few_steps();
+        let free = replay(
+            &NaiveHybridIndexer::new(model.clone()),
+            &steps,
+            true,
+            Pace::Free,
+        );
+        let asked = [3, 0, 5].map(Duration::from_millis);
+        let held = replay(
+            &NaiveHybridIndexer::new(model),
+            &steps,
+            true,
+            Pace::Idle(&asked),
+        );
+        assert_eq!(held.answers, free.answers, "pacing changes no answer");
+        assert_eq!((held.ns.len(), held.idle.len()), (3, 3));
+        for (idle, asked) in held.idle.iter().zip(asked) {
+            assert!(*idle >= asked, "waited {idle:?}, asked {asked:?}");
+        }
+        let worker = Worker::new(2, 0);
+        assert_eq!(
+            held.answers[2].iter().find(|(w, _)| *w == worker),
+            Some(&(worker, 4))
+        );
+    }
 }

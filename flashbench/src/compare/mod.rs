@@ -42,6 +42,9 @@ pub struct CompareConfig {
     pub fleet_duplicate: usize,
     /// Hybrid preset: the least time from one query to the next.
     pub query_gap: std::time::Duration,
+    /// Hybrid preset: one-group queries wait as long as the two-group ones waited for their
+    /// writer (matched idle times).
+    pub idle_matched: bool,
     /// How unpaced trace replays are driven, timed and checked.
     pub method: subject::Method,
     /// Where `compare.md`, `compare.json` and the figures go (none: print only).
@@ -120,11 +123,24 @@ pub fn compare(
         }
     }
     if cfg.presets.iter().any(|p| p == HYBRID) {
-        let md = hybrid::run(trace, source, engine, cfg.rounds, cfg.query_gap)?;
+        let md = hybrid::run(
+            trace,
+            source,
+            engine,
+            cfg.rounds,
+            cfg.query_gap,
+            cfg.idle_matched,
+        )?;
         println!("{md}");
         if let Some(dir) = &cfg.out {
             std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-            let path = dir.join("hybrid.md");
+            // The record is the default method's; matched idle times are a control beside it.
+            let name = if cfg.idle_matched {
+                "hybrid_idle_matched.md"
+            } else {
+                "hybrid.md"
+            };
+            let path = dir.join(name);
             std::fs::write(&path, &md).map_err(|e| format!("{}: {e}", path.display()))?;
         }
         if cfg.presets.iter().all(|p| p == HYBRID) {
