@@ -8,6 +8,11 @@
 //! first). Each subject replays the same steps on a fresh index, applying events on a writer
 //! thread and timing each query on the calling thread once the events before it are in; every
 //! answer is checked against the reference of its model. Interleaved rounds, medians.
+//!
+//! A third subject is the control: the two-group fleet, queried through its full-attention
+//! layout alone (the same walk a one-group query does, with the same answers). Its ratio to one
+//! group is what the two-group replay's surroundings (its writer's longer work between queries)
+//! cost a query that does no work for the second group.
 
 use super::presets::Step;
 use crate::engine::{self, EngineConfig};
@@ -15,7 +20,7 @@ use crate::trace::Request;
 use flash_indexer::hybrid::{
     GroupKind, GroupSpec, HybridIndex, HybridIndexer, ModelGroups, NaiveHybridIndexer,
 };
-use flash_indexer::{Event, EventKind, KvIndex, LocalHash, SeqHash, Worker};
+use flash_indexer::{Event, EventKind, KvIndex, LocalHash, OverlapScores, SeqHash, Worker};
 use hdrhistogram::Histogram;
 use std::collections::{HashMap, HashSet};
 use std::fmt::Write as _;
@@ -93,6 +98,11 @@ fn steps(
 
 type Scores = Vec<(Worker, u32)>;
 
+/// The subjects of a round: one group, two groups, and the control (two groups, walk alone).
+const SUBJECTS: usize = 3;
+/// The control's index among the subjects.
+const CONTROL: usize = 2;
+
 /// When a query may start, besides once every event before it is in.
 #[derive(Clone, Copy)]
 enum Pace<'a> {
@@ -115,8 +125,15 @@ struct Replayed {
 /// Replays `steps` into `index`. Events are applied on a writer thread, as a router's event
 /// loop applies them, and each query runs on the calling thread once every event before it is
 /// in (the writer waits for the answer), so the answers are the reference's and the query's
-/// caches hold what a query thread's would. `pace` may hold a query back longer.
-fn replay(index: &dyn HybridIndex, steps: &[HybridStep], timed: bool, pace: Pace<'_>) -> Replayed {
+/// caches hold what a query thread's would. `pace` may hold a query back longer. Queries go to
+/// `ask` (the index's own `find_matches`, or the control's walk alone).
+fn replay(
+    index: &dyn HybridIndex,
+    ask: &dyn Fn(&[LocalHash]) -> OverlapScores,
+    steps: &[HybridStep],
+    timed: bool,
+    pace: Pace<'_>,
+) -> Replayed {
     use std::sync::atomic::{AtomicUsize, Ordering};
     let groups = index.model().len() as u32;
     let queries: Vec<&Vec<LocalHash>> = steps
@@ -165,7 +182,7 @@ fn replay(index: &dyn HybridIndex, steps: &[HybridStep], timed: bool, pace: Pace
             let t0 = Instant::now();
             last_start = t0;
             out.idle.push(t0 - previous);
-            let scores = index.find_matches(&query);
+            let scores = ask(&query);
             if timed {
                 out.ns.push(t0.elapsed().as_nanos() as u64);
             }
@@ -218,15 +235,18 @@ pub fn run(
     eprintln!("hybrid: computing the reference answers ...");
     let [expected_one, expected_two] = [&one, &two].map(|model| {
         let reference = NaiveHybridIndexer::new(model.clone());
-        replay(&reference, &steps, false, Pace::Free).answers
+        let ask = |q: &[LocalHash]| reference.find_matches(q);
+        replay(&reference, &ask, &steps, false, Pace::Free).answers
     });
     let layouts: Vec<_> = flash_indexer::testing::enabled_layouts()
         .into_iter()
         .filter(|f| f.primary)
         .collect();
-    // Per layout and model: p50 and p99 of every round, and the median idle time before a query.
-    let mut cells: Vec<[Vec<(f64, f64)>; 2]> = layouts.iter().map(|_| [vec![], vec![]]).collect();
-    let mut idles: Vec<[Vec<f64>; 2]> = layouts.iter().map(|_| [vec![], vec![]]).collect();
+    // Per layout and subject (one group, two groups, the control): p50 and p99 of every round,
+    // and the median idle time before a query.
+    let mut cells: Vec<[Vec<(f64, f64)>; SUBJECTS]> =
+        layouts.iter().map(|_| Default::default()).collect();
+    let mut idles: Vec<[Vec<f64>; SUBJECTS]> = layouts.iter().map(|_| Default::default()).collect();
     // Per layout, the idle times of its latest two-group run: with `idle_matched`, the one-group
     // queries wait as long, so that both models' queries follow the same idle time.
     let mut schedules: Vec<Vec<Duration>> = vec![Vec::new(); layouts.len()];
@@ -239,20 +259,24 @@ pub fn run(
             );
             let index: HybridIndexer<Box<dyn KvIndex>> =
                 HybridIndexer::with_layout(two.clone(), (layout.make)());
-            schedules[l] = replay(&index, &steps, false, Pace::Free).idle;
+            let ask = |q: &[LocalHash]| index.find_matches(q);
+            schedules[l] = replay(&index, &ask, &steps, false, Pace::Free).idle;
         }
     }
     for round in 0..rounds.max(1) {
         for (l, layout) in layouts.iter().enumerate() {
-            // Which model goes first alternates, round by round.
-            let order = if round % 2 == 0 { [0, 1] } else { [1, 0] };
-            for m in order {
-                let (model, expected) = [(&one, &expected_one), (&two, &expected_two)][m];
+            // Which subject goes first rotates, round by round.
+            for m in (0..SUBJECTS).map(|k| (k + round) % SUBJECTS) {
+                // The control answers as one group does: its walk is the full-attention group's.
+                let (model, expected, name) = [
+                    (&one, &expected_one, "1 group"),
+                    (&two, &expected_two, "2 groups"),
+                    (&two, &expected_one, "2 groups, walk alone"),
+                ][m];
                 eprintln!(
-                    "hybrid: round {} of {rounds}, {} ({} groups)",
+                    "hybrid: round {} of {rounds}, {} ({name})",
                     round + 1,
                     layout.name,
-                    model.len()
                 );
                 let index: HybridIndexer<Box<dyn KvIndex>> =
                     HybridIndexer::with_layout(model.clone(), (layout.make)());
@@ -262,13 +286,16 @@ pub fn run(
                     (false, _) if gap.is_zero() => Pace::Free,
                     (false, _) => Pace::Gap(gap),
                 };
-                let Replayed { answers, ns, idle } = replay(&index, &steps, true, pace);
+                let full = |q: &[LocalHash]| index.find_matches(q);
+                let walk = |q: &[LocalHash]| index.chain().find_matches(q);
+                let ask: &dyn Fn(&[LocalHash]) -> OverlapScores =
+                    if m == CONTROL { &walk } else { &full };
+                let Replayed { answers, ns, idle } = replay(&index, ask, &steps, true, pace);
                 let differing = answers.iter().zip(expected).filter(|(a, e)| a != e).count();
                 if differing > 0 {
                     wrong.push(format!(
-                        "{} with {} groups: {differing} differing answers",
-                        layout.name,
-                        model.len()
+                        "{} ({name}): {differing} differing answers",
+                        layout.name
                     ));
                 }
                 cells[l][m].push((quantile(&ns, 0.5), quantile(&ns, 0.99)));
@@ -290,7 +317,9 @@ pub fn run(
          {queries} queries, each timed on the query thread once a writer thread has applied the events before it{}. Model: full attention, or full attention and a sliding \
          window of {WINDOW} tokens ({window_blocks} blocks), the window group evicting every \
          block of a store but its last {window_blocks} at once. Medians of {rounds} rounds; \
-         every answer equal to its model's reference.\n",
+         every answer equal to its model's reference. Control: the two-group fleet queried \
+         through its full-attention layout alone (one group's walk and answers, two groups' \
+         writer), as a ratio to one group.\n",
         cfg.workers,
         cfg.capacity_blocks,
         match (idle_matched, gap.is_zero()) {
@@ -307,14 +336,16 @@ pub fn run(
     );
     let _ = writeln!(
         md,
-        "| layout | p50 us, 1 group | p50 us, 2 groups | p50 ratio | p99 us, 1 group | p99 us, 2 groups | p99 ratio | idle us before a query, 1 / 2 groups |\n|---|---|---|---|---|---|---|---|"
+        "| layout | p50 us, 1 group | p50 us, 2 groups | p50 ratio | p99 us, 1 group | p99 us, 2 groups | p99 ratio | control p50 / p99 ratio | idle us before a query, 1 / 2 groups |\n|---|---|---|---|---|---|---|---|---|"
     );
-    for ((layout, [one, two]), [idle_one, idle_two]) in layouts.iter().zip(&cells).zip(&idles) {
+    for ((layout, [one, two, control]), [idle_one, idle_two, _]) in
+        layouts.iter().zip(&cells).zip(&idles)
+    {
         let p50 = |v: &Vec<(f64, f64)>| median(v.iter().map(|c| c.0).collect());
         let p99 = |v: &Vec<(f64, f64)>| median(v.iter().map(|c| c.1).collect());
         let _ = writeln!(
             md,
-            "| {} | {:.2} | {:.2} | {:.2}x | {:.2} | {:.2} | {:.2}x | {:.1} / {:.1} |",
+            "| {} | {:.2} | {:.2} | {:.2}x | {:.2} | {:.2} | {:.2}x | {:.2}x / {:.2}x | {:.1} / {:.1} |",
             layout.name,
             p50(one),
             p50(two),
@@ -322,6 +353,8 @@ pub fn run(
             p99(one),
             p99(two),
             p99(two) / p99(one),
+            p50(control) / p50(one),
+            p99(control) / p99(one),
             median(idle_one.clone()),
             median(idle_two.clone()),
         );
@@ -353,6 +386,48 @@ mod tests {
     }
 
     #[test]
+    fn the_control_walks_the_two_group_fleet_and_answers_as_one_group() {
+        let bs = 4;
+        let two = ModelGroups::new(vec![
+            GroupSpec::new(GroupKind::FullAttention, bs),
+            GroupSpec::new(GroupKind::SlidingWindow { window: 8 }, bs),
+        ])
+        .unwrap();
+        let mut steps = few_steps();
+        // The window group of worker 0 drops the last block: two groups now answer less.
+        let dropped = Event::removed(Worker::new(0, 0), 1, vec![SeqHash(103)]);
+        steps.push(HybridStep::Event(1, dropped));
+        steps.push(HybridStep::Query((0..4).map(LocalHash).collect()));
+        let one_group = NaiveHybridIndexer::new(ModelGroups::full_attention(bs));
+        let expected_one = replay(
+            &one_group,
+            &|q| one_group.find_matches(q),
+            &steps,
+            false,
+            Pace::Free,
+        );
+        let index: HybridIndexer<flash_indexer::DefaultIndexer> = HybridIndexer::new(two);
+        let full = replay(
+            &index,
+            &|q| index.find_matches(q),
+            &steps,
+            false,
+            Pace::Free,
+        );
+        let index: HybridIndexer<flash_indexer::DefaultIndexer> =
+            HybridIndexer::new(index.model().clone());
+        let walk = replay(
+            &index,
+            &|q| index.chain().find_matches(q),
+            &steps,
+            false,
+            Pace::Free,
+        );
+        assert_ne!(full.answers, expected_one.answers, "the groups disagree");
+        assert_eq!(walk.answers, expected_one.answers);
+    }
+
+    #[test]
     fn matched_idle_times_hold_each_query_back_as_long_as_asked() {
         let model = ModelGroups::new(vec![
             GroupSpec::new(GroupKind::FullAttention, 4),
@@ -360,15 +435,13 @@ mod tests {
         ])
         .unwrap();
         let steps = few_steps();
-        let free = replay(
-            &NaiveHybridIndexer::new(model.clone()),
-            &steps,
-            true,
-            Pace::Free,
-        );
+        let index = NaiveHybridIndexer::new(model.clone());
+        let free = replay(&index, &|q| index.find_matches(q), &steps, true, Pace::Free);
         let asked = [3, 0, 5].map(Duration::from_millis);
+        let index = NaiveHybridIndexer::new(model);
         let held = replay(
-            &NaiveHybridIndexer::new(model),
+            &index,
+            &|q| index.find_matches(q),
             &steps,
             true,
             Pace::Idle(&asked),
