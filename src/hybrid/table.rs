@@ -115,9 +115,15 @@ impl Runs {
 /// No slot.
 const NONE: u32 = u32::MAX;
 
-/// The groups set in `bits`, lowest first.
+/// The groups set in `bits`, lowest first: one step a set bit (most blocks are held by one
+/// group or two), not one a possible group.
 fn groups_in(bits: u32) -> impl Iterator<Item = u32> + Clone {
-    (0..32u32).filter(move |g| bits & (1 << g) != 0)
+    let mut rest = bits;
+    core::iter::from_fn(move || {
+        let group = (rest != 0).then(|| rest.trailing_zeros())?;
+        rest &= rest - 1;
+        Some(group)
+    })
 }
 
 /// Links of an intrusive list of children: a node's first child, and its own neighbours
@@ -632,5 +638,23 @@ impl Table {
             }
         }
         self.stack = stack;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::groups_in;
+
+    #[test]
+    fn groups_in_lists_the_set_bits_lowest_first() {
+        assert_eq!(groups_in(0).count(), 0);
+        assert_eq!(groups_in(0b1011).collect::<Vec<_>>(), [0, 1, 3]);
+        assert_eq!(groups_in(1 << 31).collect::<Vec<_>>(), [31]);
+        assert!(groups_in(u32::MAX).eq(0..32));
+        // A clone taken part way resumes where the original was.
+        let mut groups = groups_in(0b10_0110);
+        groups.next();
+        assert_eq!(groups.clone().collect::<Vec<_>>(), [2, 5]);
+        assert_eq!(groups.collect::<Vec<_>>(), [2, 5]);
     }
 }
