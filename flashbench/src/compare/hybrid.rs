@@ -98,9 +98,11 @@ fn steps(
 
 type Scores = Vec<(Worker, u32)>;
 
-/// The subjects of a round: one group, two groups, and the control (two groups, walk alone).
+/// The subjects of a round, by index: one group, two groups, and the control (two groups, walk
+/// alone).
 const SUBJECTS: usize = 3;
-/// The control's index among the subjects.
+const ONE_GROUP: usize = 0;
+const TWO_GROUPS: usize = 1;
 const CONTROL: usize = 2;
 
 /// When a query may start, besides once every event before it is in.
@@ -281,7 +283,7 @@ pub fn run(
                 let index: HybridIndexer<Box<dyn KvIndex>> =
                     HybridIndexer::with_layout(model.clone(), (layout.make)());
                 let pace = match (idle_matched, m) {
-                    (true, 0) => Pace::Idle(&schedules[l]),
+                    (true, ONE_GROUP) => Pace::Idle(&schedules[l]),
                     (true, _) => Pace::Free,
                     (false, _) if gap.is_zero() => Pace::Free,
                     (false, _) => Pace::Gap(gap),
@@ -301,7 +303,7 @@ pub fn run(
                 cells[l][m].push((quantile(&ns, 0.5), quantile(&ns, 0.99)));
                 let idle_ns: Vec<u64> = idle.iter().map(|d| d.as_nanos() as u64).collect();
                 idles[l][m].push(quantile(&idle_ns, 0.5));
-                if idle_matched && m == 1 {
+                if idle_matched && m == TWO_GROUPS {
                     schedules[l] = idle;
                 }
             }
@@ -367,6 +369,15 @@ mod tests {
     use super::*;
     use flash_indexer::Block;
 
+    /// The answers of a free-running, untimed replay of `steps` asked through `ask`.
+    fn answers(
+        index: &dyn HybridIndex,
+        ask: &dyn Fn(&[LocalHash]) -> OverlapScores,
+        steps: &[HybridStep],
+    ) -> Vec<Scores> {
+        replay(index, ask, steps, false, Pace::Free).answers
+    }
+
     /// Two workers' stores, each followed by a query, on the window group too.
     fn few_steps() -> Vec<HybridStep> {
         let blocks: Vec<Block> = (0..4)
@@ -399,32 +410,14 @@ mod tests {
         steps.push(HybridStep::Event(1, dropped));
         steps.push(HybridStep::Query((0..4).map(LocalHash).collect()));
         let one_group = NaiveHybridIndexer::new(ModelGroups::full_attention(bs));
-        let expected_one = replay(
-            &one_group,
-            &|q| one_group.find_matches(q),
-            &steps,
-            false,
-            Pace::Free,
-        );
+        let expected_one = answers(&one_group, &|q| one_group.find_matches(q), &steps);
         let index: HybridIndexer<flash_indexer::DefaultIndexer> = HybridIndexer::new(two);
-        let full = replay(
-            &index,
-            &|q| index.find_matches(q),
-            &steps,
-            false,
-            Pace::Free,
-        );
+        let full = answers(&index, &|q| index.find_matches(q), &steps);
         let index: HybridIndexer<flash_indexer::DefaultIndexer> =
             HybridIndexer::new(index.model().clone());
-        let walk = replay(
-            &index,
-            &|q| index.chain().find_matches(q),
-            &steps,
-            false,
-            Pace::Free,
-        );
-        assert_ne!(full.answers, expected_one.answers, "the groups disagree");
-        assert_eq!(walk.answers, expected_one.answers);
+        let walk = answers(&index, &|q| index.chain().find_matches(q), &steps);
+        assert_ne!(full, expected_one, "the groups disagree");
+        assert_eq!(walk, expected_one);
     }
 
     #[test]
