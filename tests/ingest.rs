@@ -481,7 +481,7 @@ fn mapping_rejects_partial_blocks_and_filters_tiers() {
                 kv_cache_spec_sliding_window: None,
                 extra_keys: None,
                 cache_salt: None,
-                lookahead: false,
+                lookahead_token_ids: None,
             })
         };
     let batch = KvEventBatch {
@@ -564,7 +564,7 @@ fn a_block_offloaded_to_a_kept_tier_stays_until_its_last_tier_removes_it() {
             kv_cache_spec_sliding_window: None,
             extra_keys: None,
             cache_salt: None,
-            lookahead: false,
+            lookahead_token_ids: None,
         })
     };
     let removed = |seq: u64, medium: &str| {
@@ -1093,10 +1093,20 @@ fn extra_keys_of_unknown_shapes_reject_their_event() {
 }
 
 #[test]
-fn blocks_hashed_over_lookahead_tokens_are_refused_not_misindexed() {
-    // vLLM 0.33 with speculative decoding hashes each block over the tokens after it too; a
-    // router cannot hash a request that way, so such an event is refused and counted.
-    let tokens: Vec<u32> = (0..32).collect();
+fn blocks_hashed_over_lookahead_tokens_are_keyed_by_them() {
+    use flash_indexer::hash::{Features, MmItem};
+
+    // vLLM 0.33 with an EAGLE drafter hashes each block over the token after it too
+    // (`num_hash_lookahead_tokens` = 1), and hashes a block only once that token exists. Its
+    // event carries the block's tokens, `lookahead_token_ids` (one list per block) and extra
+    // keys taken over the block and its lookahead: here an image whose placeholders start at
+    // token 32, the first token after block 1.
+    let request: Vec<u32> = (0..40).collect();
+    let image = [MmItem {
+        identifier: "image-a",
+        offset: 32,
+        length: 8,
+    }];
     let trailing = |lookahead: Value| {
         vec![
             ("group_idx", Value::from(0)),
@@ -1108,33 +1118,86 @@ fn blocks_hashed_over_lookahead_tokens_are_refused_not_misindexed() {
             ("lookahead_token_ids", lookahead),
         ]
     };
-    let lists = Value::Array(vec![
-        Value::Array(vec![Value::from(32)]),
-        Value::Array(vec![Value::from(33)]),
-    ]);
+    let lists = |ends: &[u32]| {
+        Value::Array(
+            (ends.iter())
+                .map(|&end| Value::Array(vec![Value::from(end)]))
+                .collect(),
+        )
+    };
+    let keys = Value::Array(vec![Value::Nil, Value::Array(vec![mm_pair("image-a", 16)])]);
     for encoding in [Encoding::Array, Encoding::Map] {
-        for (lookahead, refused) in [(Value::Nil, false), (lists.clone(), true)] {
-            let event = keyed_stored(
-                encoding,
-                &[1, 2],
-                &tokens,
-                None,
-                Value::Nil,
-                trailing(lookahead),
-            );
-            let batch =
-                decode_batch(&batch_bytes(encoding, vec![event], None), Engine::Vllm).unwrap();
-            let mapped = EventMapper::new(1, MapConfig::default()).map(&batch, 0);
-            assert_eq!(mapped.events.is_empty(), refused, "{encoding:?}");
-            assert_eq!(
-                mapped.rejected,
-                if refused {
-                    vec![MapError::Lookahead]
-                } else {
-                    vec![]
-                },
-                "{encoding:?}"
-            );
-        }
+        let index = NaiveIndexer::default();
+        let event = keyed_stored(
+            encoding,
+            &[1, 2],
+            &request[..32],
+            None,
+            keys.clone(),
+            trailing(lists(&[16, 32])),
+        );
+        map_and_apply(&index, 1, encoding, event);
+        let depth = |tokens: &[u32], features| depth_with(&index, tokens, features, 1);
+        let eagle = Features {
+            mm: &image,
+            lookahead: 1,
+            ..Features::default()
+        };
+        // The request hashed as vLLM hashes it matches both blocks.
+        assert_eq!(depth(&request, eagle), 2, "{encoding:?}");
+        // Without the token after block 1 (a prompt that ends there), vLLM cannot hash block 1,
+        // and neither does the router.
+        assert_eq!(depth(&request[..32], eagle), 1, "{encoding:?}");
+        // Another token after block 1 is another block 1 to vLLM: no over-count.
+        let mut other = request.clone();
+        other[32] = 999;
+        assert_eq!(depth(&other, eagle), 1, "{encoding:?}");
+        // Without its image, block 1 is another block too.
+        let no_image = Features {
+            lookahead: 1,
+            ..Features::default()
+        };
+        assert_eq!(depth(&request, no_image), 1, "{encoding:?}");
+        // A router that does not know about lookahead hashing matches nothing: an under-count.
+        let plain = Features {
+            mm: &image,
+            ..Features::default()
+        };
+        assert_eq!(depth(&request, plain), 0, "{encoding:?}");
+
+        // Lists that are not one per block reject the event, with a reason.
+        let event = keyed_stored(
+            encoding,
+            &[1, 2],
+            &request[..32],
+            None,
+            Value::Nil,
+            trailing(lists(&[16])),
+        );
+        let batch = decode_batch(&batch_bytes(encoding, vec![event], None), Engine::Vllm).unwrap();
+        let mapped = EventMapper::new(1, MapConfig::default()).map(&batch, 0);
+        assert!(mapped.events.is_empty(), "{encoding:?}");
+        let [MapError::ExtraKeys { .. }] = mapped.rejected.as_slice() else {
+            panic!("{encoding:?}: {:?}", mapped.rejected);
+        };
+        assert!(
+            (mapped.rejected[0].to_string()).contains("1 lookahead_token_ids lists for 2 blocks"),
+            "{}",
+            mapped.rejected[0]
+        );
+        // Lists of something else than token ids fail the batch's decoding.
+        let event = keyed_stored(
+            encoding,
+            &[1, 2],
+            &request[..32],
+            None,
+            Value::Nil,
+            trailing(Value::Array(vec![Value::from("x"), Value::from("y")])),
+        );
+        let error = decode_batch(&batch_bytes(encoding, vec![event], None), Engine::Vllm);
+        assert!(
+            matches!(error, Err(DecodeError::Invalid { .. })),
+            "{encoding:?}: {error:?}"
+        );
     }
 }

@@ -12,10 +12,12 @@ pub(crate) type PyMmItem = (String, usize, usize);
 /// XXH3-64 of each block's tokens as little-endian u32, seeded by the LoRA adapter and the
 /// cache namespace (`salt`) exactly as Dynamo seeds them; with vLLM's `cache_salt` on the first
 /// block and the multimodal items `mm` on the blocks their placeholders overlap, as vLLM keys
-/// blocks (`flash_indexer::hash::local_hashes_with_features`). A trailing partial block is
-/// dropped.
+/// blocks (`flash_indexer::hash::local_hashes_with_features`); with `lookahead` tokens, each
+/// block is keyed by the tokens after it as vLLM's lookahead hashing keys it, and only blocks
+/// followed by that many tokens are hashed. A trailing partial block is dropped.
 #[pyfunction]
-#[pyo3(signature = (tokens, block_size, salt=None, lora_name=None, cache_salt=None, mm=None))]
+#[pyo3(signature = (tokens, block_size, salt=None, lora_name=None, cache_salt=None, mm=None, lookahead=0))]
+#[allow(clippy::too_many_arguments)] // Python keywords, each with a default
 pub(crate) fn local_hashes(
     py: Python<'_>,
     tokens: Vec<u32>,
@@ -24,12 +26,14 @@ pub(crate) fn local_hashes(
     lora_name: Option<String>,
     cache_salt: Option<String>,
     mm: Option<Vec<PyMmItem>>,
+    lookahead: usize,
 ) -> PyResult<Vec<u64>> {
     let request = Request {
         namespace: salt.as_deref(),
         lora_name: lora_name.as_deref(),
         cache_salt: cache_salt.as_deref(),
         mm: mm.as_deref().unwrap_or_default(),
+        lookahead,
     };
     Ok(hash_tokens(py, &tokens, block_size, &request)?
         .into_iter()
@@ -70,6 +74,8 @@ pub(crate) struct Request<'a> {
     pub(crate) lora_name: Option<&'a str>,
     pub(crate) cache_salt: Option<&'a str>,
     pub(crate) mm: &'a [PyMmItem],
+    /// Tokens after each block that its hash covers (vLLM's `num_hash_lookahead_tokens`).
+    pub(crate) lookahead: usize,
 }
 
 /// The local hashes of `tokens` (the GIL released), checking the block size.
@@ -80,6 +86,13 @@ pub(crate) fn hash_tokens(
     request: &Request<'_>,
 ) -> PyResult<Vec<LocalHash>> {
     check_block_size(block_size)?;
+    if request.lookahead > hash::MAX_LOOKAHEAD_TOKENS {
+        return Err(PyValueError::new_err(format!(
+            "lookahead must be 0 to {} tokens, not {}",
+            hash::MAX_LOOKAHEAD_TOKENS,
+            request.lookahead
+        )));
+    }
     let mm: Vec<MmItem<'_>> = request
         .mm
         .iter()
@@ -96,6 +109,7 @@ pub(crate) fn hash_tokens(
         },
         cache_salt: request.cache_salt,
         mm: &mm,
+        lookahead: request.lookahead,
     };
     crate::guard::detach(py, || {
         hash::local_hashes_with_features(tokens, block_size, &features)

@@ -266,8 +266,9 @@ impl Index {
     }
 
     /// `find_matches` of the local hashes of `tokens` (see `local_hashes`): `cache_salt` is
-    /// vLLM's (first block only), `mm` a list of `(identifier, offset, length)`.
-    #[pyo3(signature = (tokens, block_size, salt=None, lora_name=None, cache_salt=None, mm=None))]
+    /// vLLM's (first block only), `mm` a list of `(identifier, offset, length)`, `lookahead`
+    /// vLLM's `num_hash_lookahead_tokens`.
+    #[pyo3(signature = (tokens, block_size, salt=None, lora_name=None, cache_salt=None, mm=None, lookahead=0))]
     #[allow(clippy::too_many_arguments)] // Python keywords, each with a default
     fn find_matches_for_tokens<'py>(
         &self,
@@ -278,12 +279,14 @@ impl Index {
         lora_name: Option<String>,
         cache_salt: Option<String>,
         mm: Option<Vec<PyMmItem>>,
+        lookahead: usize,
     ) -> PyResult<Bound<'py, PyDict>> {
         let request = Request {
             namespace: salt.as_deref(),
             lora_name: lora_name.as_deref(),
             cache_salt: cache_salt.as_deref(),
             mm: mm.as_deref().unwrap_or_default(),
+            lookahead,
         };
         let query = hash_tokens(py, &tokens, block_size, &request)?;
         let index = &self.index;

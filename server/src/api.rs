@@ -284,6 +284,7 @@ fn block_hashes(model: &Model, keys: BlockKeys) -> Result<Vec<LocalHash>, ApiErr
                 },
                 cache_salt: keys.cache_salt.as_deref(),
                 mm: &mm,
+                lookahead: model.lookahead,
             };
             hash::local_hashes_with_features(&tokens, model.block_size, &features)
         }

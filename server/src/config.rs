@@ -229,6 +229,11 @@ pub struct ModelConfig {
     /// full-attention group, every event merged into it].
     #[serde(default)]
     pub groups: Vec<GroupKind>,
+    /// Tokens after each block that the model's engines hash it over too (vLLM's
+    /// `num_hash_lookahead_tokens`: 1 with an EAGLE drafter, the speculative tokens with MTP;
+    /// at most 64) [default: 0]. Queries given as tokens are hashed the same way.
+    #[serde(default)]
+    pub lookahead_tokens: usize,
 }
 
 /// An engine: where its events come from, which worker and model they belong to. The body of
@@ -411,6 +416,8 @@ pub struct Settings {
     pub models: BTreeMap<String, usize>,
     /// The KV-cache groups of the hybrid models (more than one group).
     pub groups: BTreeMap<String, ModelGroups>,
+    /// Lookahead tokens of the models whose engines hash blocks over them (`lookahead_tokens`).
+    pub lookahead: BTreeMap<String, usize>,
     /// Tokenizers of the models that have one, to score prompts.
     pub prompters: BTreeMap<String, Arc<Prompter>>,
     /// Engines to subscribe to at startup.
@@ -492,8 +499,20 @@ impl Settings {
         let mut models = BTreeMap::new();
         let mut prompters = BTreeMap::new();
         let mut groups = BTreeMap::new();
+        let mut lookahead = BTreeMap::new();
         for m in file.models {
             check_block_size(m.block_size)?;
+            if m.lookahead_tokens > flash_indexer::hash::MAX_LOOKAHEAD_TOKENS {
+                return Err(ConfigError::Invalid(format!(
+                    "model {}: lookahead_tokens {} (0 to {} are accepted)",
+                    m.name,
+                    m.lookahead_tokens,
+                    flash_indexer::hash::MAX_LOOKAHEAD_TOKENS
+                )));
+            }
+            if m.lookahead_tokens > 0 {
+                lookahead.insert(m.name.clone(), m.lookahead_tokens);
+            }
             if let Some(model) = model_groups(&m)? {
                 groups.insert(m.name.clone(), model);
             }
@@ -564,6 +583,7 @@ impl Settings {
             tiers: check_tiers(tiers)?,
             models,
             groups,
+            lookahead,
             prompters,
             engines,
         })
@@ -575,6 +595,11 @@ impl Settings {
             .get(model)
             .copied()
             .unwrap_or(self.default_block_size)
+    }
+
+    /// The lookahead tokens of `model` (0 unless configured).
+    pub fn lookahead(&self, model: &str) -> usize {
+        self.lookahead.get(model).copied().unwrap_or(0)
     }
 }
 
@@ -832,6 +857,26 @@ mod tests {
         std::fs::write(&bad, "[tiers]\nGPU = -1.0\n").unwrap();
         assert!(settings(&["--config", bad.to_str().unwrap()]).is_err());
         assert!(settings(&["--config", dir.join("missing.toml").to_str().unwrap()]).is_err());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn lookahead_tokens_per_model() {
+        let dir = std::env::temp_dir().join(format!("fis-lookahead-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("lookahead.toml");
+        let with = |tokens: usize| {
+            let model = format!(
+                "[[models]]\nname = \"eagle\"\nblock_size = 16\nlookahead_tokens = {tokens}\n"
+            );
+            std::fs::write(&file, model).unwrap();
+            settings(&["--config", file.to_str().unwrap()])
+        };
+        let s = with(1).unwrap();
+        assert_eq!((s.lookahead("eagle"), s.lookahead("other")), (1, 0));
+        assert_eq!(with(0).unwrap().lookahead("eagle"), 0);
+        let message = with(65).unwrap_err().to_string();
+        assert!(message.contains("lookahead_tokens 65"), "{message}");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -74,6 +74,8 @@ pub struct Model {
     pub name: String,
     /// Tokens per block, to hash queries given as tokens.
     pub block_size: usize,
+    /// Tokens after each block that its engines hash it over too (`lookahead_tokens`).
+    pub lookahead: usize,
     /// Its tiers, in the settings' order (heaviest first).
     pub tiers: Vec<TierIndex>,
     /// Its tokenizer, to score prompts, if the configuration names one.
@@ -309,6 +311,7 @@ impl Service {
                 Arc::new(Model {
                     name: name.to_owned(),
                     block_size: block_size.unwrap_or_else(|| self.settings.block_size(name)),
+                    lookahead: self.settings.lookahead(name),
                     tiers,
                     prompter: self.settings.prompters.get(name).cloned(),
                     predictions,

@@ -11,8 +11,10 @@
 //! - Its **local hash** ([`LocalHash`](crate::LocalHash)) hashes the block's tokens and its
 //!   **extra keys**, when it has some: each multimodal item whose placeholders overlap the
 //!   block (identifier, and start relative to the block), the request's cache salt (first block
-//!   only), a digest of the block's prompt embeddings, each tagged by kind
-//!   ([`hash::ExtraKey`](crate::hash::ExtraKey)); the LoRA adapter seeds the hash. Two blocks
+//!   only), a digest of the block's prompt embeddings, the tokens after the block when the
+//!   engine hashes blocks over them (vLLM's lookahead hashing for speculative decoding), each
+//!   tagged by kind ([`hash::ExtraKey`](crate::hash::ExtraKey)); the LoRA adapter seeds the
+//!   hash. Two blocks
 //!   with equal tokens and different extra keys are different blocks. A block without extra
 //!   keys hashes its tokens alone, as before. The router computes it from a request's tokens and
 //!   features ([`hash::local_hashes_with_features`](crate::hash::local_hashes_with_features)),

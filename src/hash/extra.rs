@@ -7,6 +7,11 @@
 //! `vllm/v1/core/kv_cache_utils.py`). Two blocks with equal tokens and different extra keys are
 //! different blocks: matching them would over-count.
 //!
+//! With speculative decoding's lookahead hashing (`num_hash_lookahead_tokens`, L > 0), vLLM
+//! also keys each block by the L tokens after it, and takes its multimodal keys over the block
+//! and those tokens (`get_request_block_hasher`, `generate_lookahead_block_hash_extra_keys`);
+//! a block is hashed only once those tokens exist. [`Features::lookahead`] follows that rule.
+//!
 //! The LoRA adapter stays in the seed ([`Salt`]), as it always has. The other keys are
 //! appended to the block's token bytes, each tagged by kind and sorted, so that kinds never
 //! collide and the order an engine lists them in does not matter. A block without extra keys
@@ -34,7 +39,15 @@ pub enum ExtraKey {
     CacheSalt(String),
     /// A digest of the block's prompt embeddings (vLLM: SHA-256 of the block's slice).
     PromptEmbeds(Vec<u8>),
+    /// The tokens after the block that its hash also covers (vLLM's `lookahead_token_ids`,
+    /// published when a speculative drafter reads past each block's end).
+    Lookahead(Vec<u32>),
 }
+
+/// The most lookahead tokens a request's hashes take ([`Features::lookahead`]): vLLM reads one
+/// token ahead for EAGLE drafters and one per speculative token for MTP modules. A bound keeps a
+/// request's hashing linear in its length.
+pub const MAX_LOOKAHEAD_TOKENS: usize = 64;
 
 /// Appends a tagged, length-prefixed field: a kind byte, the length, the bytes.
 fn tagged(out: &mut Vec<u8>, tag: u8, data: &[u8]) {
@@ -54,6 +67,13 @@ fn encode_salt(out: &mut Vec<u8>, salt: &str) {
     tagged(out, 0xf2, salt.as_bytes());
 }
 
+/// The encoding of a lookahead key (see [`ExtraKey::encode`]): the tokens' little-endian bytes.
+fn encode_lookahead(out: &mut Vec<u8>, tokens: &[u32]) {
+    out.push(0xf4);
+    out.extend((tokens.len() as u64 * 4).to_le_bytes());
+    out.extend(tokens.iter().flat_map(|t| t.to_le_bytes()));
+}
+
 impl ExtraKey {
     /// Appends the key's tagged encoding: a kind byte, then length-prefixed fields.
     fn encode(&self, out: &mut Vec<u8>) {
@@ -63,6 +83,7 @@ impl ExtraKey {
             }
             ExtraKey::CacheSalt(salt) => encode_salt(out, salt),
             ExtraKey::PromptEmbeds(digest) => tagged(out, 0xf3, digest),
+            ExtraKey::Lookahead(tokens) => encode_lookahead(out, tokens),
         }
     }
 }
@@ -131,11 +152,21 @@ pub struct Features<'a> {
     pub cache_salt: Option<&'a str>,
     /// The request's multimodal items; each keys every block its placeholders overlap.
     pub mm: &'a [MmItem<'a>],
+    /// Tokens after each block that the engine's block hashes also cover (vLLM's
+    /// `num_hash_lookahead_tokens`, set when a speculative drafter reads ahead; 0, the default,
+    /// for none). With `L > 0` a block is hashed only when the `L` tokens after it are in the
+    /// request; they are its [`ExtraKey::Lookahead`], and its multimodal keys are those of the
+    /// items overlapping the block and those tokens. At most [`MAX_LOOKAHEAD_TOKENS`]: with
+    /// more, no block is hashed.
+    pub lookahead: usize,
 }
 
 /// The extra keys of the block covering tokens `start .. end` of a request with `features`, by
 /// vLLM 0.33's rules (`generate_block_hash_extra_keys`): every item whose placeholders overlap
 /// the block, with its start relative to the block; the cache salt on the first block.
+///
+/// `features.lookahead` is not applied here: with lookahead hashing, vLLM takes these keys over
+/// `start .. end + L` and adds the `L` tokens as an [`ExtraKey::Lookahead`].
 pub fn block_extra_keys(features: &Features<'_>, start: usize, end: usize) -> Vec<ExtraKey> {
     let mut keys: Vec<ExtraKey> = features
         .mm
@@ -158,6 +189,8 @@ pub fn block_extra_keys(features: &Features<'_>, start: usize, end: usize) -> Ve
 /// that keys blocks by vLLM 0.33's rules publishes for them, so that the index finds them.
 ///
 /// A request without features hashes as [`local_hashes_salted`](super::local_hashes_salted).
+/// With [`Features::lookahead`] `L > 0`, only the blocks followed by `L` tokens of the request
+/// are hashed, as vLLM hashes them.
 ///
 /// ```
 /// use flash_indexer::hash::{self, Features, MmItem};
@@ -176,21 +209,26 @@ pub fn local_hashes_with_features(
     features: &Features<'_>,
 ) -> Vec<LocalHash> {
     let seed = features.salt.seed();
-    if features.mm.is_empty() && features.cache_salt.is_none_or(str::is_empty) {
+    let lookahead = features.lookahead;
+    if features.mm.is_empty() && features.cache_salt.is_none_or(str::is_empty) && lookahead == 0 {
         return super::local_hashes_with_seed(tokens, block_size, seed);
     }
-    if block_size == 0 || block_size > tokens.len() {
+    // vLLM hashes a block once the tokens its hash covers exist.
+    let hashed = tokens.len().saturating_sub(lookahead);
+    if block_size == 0 || block_size > hashed || lookahead > MAX_LOOKAHEAD_TOKENS {
         return Vec::new();
     }
     // The bytes `block_local_hash` hashes for `block_extra_keys`, built in two reused buffers
     // (the keys' encodings, then the block's bytes) instead of owned keys a block.
     let (mut bytes, mut encoded, mut spans) = (Vec::new(), Vec::new(), Vec::new());
     let salt = features.cache_salt.filter(|s| !s.is_empty());
-    tokens
+    tokens[..hashed]
         .chunks_exact(block_size)
         .enumerate()
         .map(|(i, block)| {
             let (start, end) = (i * block_size, (i + 1) * block_size);
+            // The tokens the block's keys cover: the block, and the lookahead after it.
+            let window = end + lookahead;
             encoded.clear();
             spans.clear();
             let mut key = |encode: &dyn Fn(&mut Vec<u8>)| {
@@ -199,13 +237,16 @@ pub fn local_hashes_with_features(
                 spans.push(from..encoded.len());
             };
             for item in features.mm {
-                if item.overlaps(start, end) {
+                if item.overlaps(start, window) {
                     let offset = item.offset as i64 - start as i64;
                     key(&|out| encode_multimodal(out, item.identifier, offset));
                 }
             }
             if let Some(salt) = salt.filter(|_| start == 0) {
                 key(&|out| encode_salt(out, salt));
+            }
+            if lookahead > 0 {
+                key(&|out| encode_lookahead(out, &tokens[end..window]));
             }
             spans.sort_unstable_by(|a, b| encoded[a.clone()].cmp(&encoded[b.clone()]));
             bytes.clear();
@@ -301,6 +342,7 @@ mod tests {
                     salt: Salt::lora("adapter"),
                     cache_salt,
                     mm: &mm,
+                    lookahead: 0,
                 };
                 let one_by_one: Vec<LocalHash> = tokens
                     .chunks_exact(block_size)
@@ -319,4 +361,63 @@ mod tests {
             }
         }
     }
+
+    #[test]
+    fn lookahead_keys_each_block_by_the_tokens_after_it() {
+        let tokens: Vec<u32> = (0..70).collect();
+        let mm = [MmItem {
+            identifier: "image",
+            offset: 33,
+            length: 4,
+        }];
+        for lookahead in [1, 3, 16] {
+            let features = Features {
+                mm: &mm,
+                cache_salt: Some("tenant"),
+                lookahead,
+                ..Features::default()
+            };
+            let request = local_hashes_with_features(&tokens, 16, &features);
+            // Only the blocks whose `lookahead` tokens after them are in the request.
+            assert_eq!(
+                request.len(),
+                (70 - lookahead) / 16,
+                "lookahead {lookahead}"
+            );
+            let one_by_one: Vec<LocalHash> = (0..request.len())
+                .map(|i| {
+                    let (start, end) = (i * 16, (i + 1) * 16);
+                    let mut keys = block_extra_keys(&features, start, end + lookahead);
+                    keys.push(ExtraKey::Lookahead(tokens[end..end + lookahead].to_vec()));
+                    block_local_hash(&tokens[start..end], SEED_OF_NONE, &keys)
+                })
+                .collect();
+            assert_eq!(request, one_by_one, "lookahead {lookahead}");
+        }
+        // A block's hash covers the token after it, and only that one.
+        let plain = Features {
+            lookahead: 1,
+            ..Features::default()
+        };
+        let a = local_hashes_with_features(&tokens, 16, &plain);
+        let mut other = tokens.clone();
+        other[32] = 999;
+        let b = local_hashes_with_features(&other, 16, &plain);
+        assert_eq!(a[0], b[0]);
+        assert_ne!(a[1], b[1]);
+        // No lookahead hashes as before; too much hashes nothing.
+        let none = Features::default();
+        assert_eq!(
+            local_hashes_with_features(&tokens, 16, &none),
+            super::super::local_hashes(&tokens, 16)
+        );
+        let too_far = Features {
+            lookahead: MAX_LOOKAHEAD_TOKENS + 1,
+            ..Features::default()
+        };
+        assert!(local_hashes_with_features(&tokens, 16, &too_far).is_empty());
+    }
+
+    /// The seed of a request without a LoRA adapter or namespace.
+    const SEED_OF_NONE: u64 = super::super::SEED;
 }

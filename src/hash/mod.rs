@@ -19,8 +19,8 @@ mod extra;
 mod vllm;
 
 pub use extra::{
-    ExtraKey, Features, MmItem, block_extra_keys, block_local_hash, local_hashes_dynamo_mm,
-    local_hashes_with_features,
+    ExtraKey, Features, MAX_LOOKAHEAD_TOKENS, MmItem, block_extra_keys, block_local_hash,
+    local_hashes_dynamo_mm, local_hashes_with_features,
 };
 #[cfg(feature = "vllm-hash")]
 pub use vllm::vllm_block_hashes;

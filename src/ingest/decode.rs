@@ -99,9 +99,10 @@ pub struct BlockStored {
     pub extra_keys: Option<Vec<Option<Vec<RawExtraKey>>>>,
     /// SGLang's request-wide cache salt (a top-level field of its `BlockStored`).
     pub cache_salt: Option<String>,
-    /// Whether vLLM hashed each block over tokens after it too (`lookahead_token_ids`, for
-    /// speculative decoding's drafters).
-    pub lookahead: bool,
+    /// The tokens after each block that vLLM hashed it over too (`lookahead_token_ids`, one
+    /// list per block hash, when speculative decoding's drafter reads ahead); `None` without
+    /// lookahead hashing.
+    pub lookahead_token_ids: Option<Vec<Vec<u32>>>,
 }
 
 /// One item of a block's `extra_keys` as vLLM publishes it (`to_event_extra_keys`): untagged,
@@ -363,7 +364,7 @@ impl Decoder {
                 )?,
                 // SGLang's field; it has no place in vLLM's positional encoding.
                 cache_salt: optional_string(&fields, usize::MAX, "cache_salt", loc)?,
-                lookahead: optional(&fields, 14, "lookahead_token_ids").is_some(),
+                lookahead_token_ids: lookahead_token_ids(&fields, loc)?,
             }),
             "BlockRemoved" => EngineEvent::BlockRemoved(BlockRemoved {
                 block_hashes: self.hashes(
@@ -512,6 +513,26 @@ fn extra_keys(
         .iter()
         .enumerate()
         .map(block)
+        .collect::<Result<_, _>>()
+        .map(Some)
+}
+
+/// `lookahead_token_ids` (position 14): `nil`, or one list of token ids per block.
+fn lookahead_token_ids(
+    fields: &Fields<'_, '_>,
+    loc: Loc<'_>,
+) -> Result<Option<Vec<Vec<u32>>>, DecodeError> {
+    let Some(value) = optional(fields, 14, "lookahead_token_ids") else {
+        return Ok(None);
+    };
+    let loc = Loc::Field(&loc, "lookahead_token_ids");
+    let ValueRef::Array(blocks) = value else {
+        return Err(invalid(loc, "an array of per-block token lists", value));
+    };
+    blocks
+        .iter()
+        .enumerate()
+        .map(|(i, list)| tokens(list, Loc::Index(&loc, i)))
         .collect::<Result<_, _>>()
         .map(Some)
 }

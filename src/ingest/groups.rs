@@ -58,7 +58,7 @@ impl EventMapper {
     ///         kv_cache_spec_sliding_window: None,
     ///         extra_keys: None,
     ///         cache_salt: None,
-    ///         lookahead: false,
+    ///         lookahead_token_ids: None,
     ///     })
     /// };
     /// // Full attention stores all three blocks; Mamba keeps the state after the last only.
@@ -137,8 +137,6 @@ fn event_kind(event: &EngineEvent, group: u32, model: &ModelGroups) -> Result<Ev
             check_kind(stored, group, spec.kind)?;
             if group == model.chain_group() {
                 stored_kind(stored)
-            } else if stored.lookahead {
-                Err(MapError::Lookahead)
             } else {
                 let blocks = stored
                     .block_hashes

@@ -14,7 +14,9 @@
 //!   ([`hash::Salt::cache_namespace`]), as Dynamo's router hashes it, instead of keying the
 //!   first block as vLLM's salt.
 //! - Blocks vLLM hashed over the tokens after them too (`lookahead_token_ids`, speculative
-//!   decoding) are rejected ([`MapError::Lookahead`]): a router cannot hash a request that way.
+//!   decoding) are keyed by those tokens ([`hash::ExtraKey::Lookahead`]), as a router keys a
+//!   request's blocks with [`hash::Features::lookahead`]. Lists that are not one per block
+//!   reject the event.
 //! - Engine block hashes become opaque [`SeqHash`]es, unchanged.
 //! - `data_parallel_rank` becomes [`Worker::dp_rank`] (or a fixed rank); the worker id is the
 //!   caller's (the subscriber's endpoint names it, or its resolver maps the message topic).
@@ -85,8 +87,8 @@ pub enum MapError {
         /// The event's block size.
         block_size: u32,
     },
-    /// `extra_keys` that are not one entry per block, or an item of a shape vLLM does not
-    /// publish.
+    /// `extra_keys` or `lookahead_token_ids` that are not one entry per block, or an item of a
+    /// shape vLLM does not publish.
     ExtraKeys {
         /// The block whose keys are wrong (its index in the event), or the number of entries
         /// when they do not match the blocks.
@@ -99,10 +101,6 @@ pub enum MapError {
         /// The adapter's id.
         lora_id: i64,
     },
-    /// Blocks vLLM hashed over tokens after them too (`lookahead_token_ids`): a router cannot
-    /// hash a request's blocks that way before it knows those tokens, so they are not indexed
-    /// (under-counted, never over-counted).
-    Lookahead,
     /// An event of a KV-cache group that is not one of the model's, or whose kind the engine
     /// names as something else than the model's configuration, or as a kind this crate has no
     /// reuse rule for ([`EventMapper::map_groups`]). Never merged into another group.
@@ -140,10 +138,6 @@ impl fmt::Display for MapError {
             MapError::Group { group, reason } => {
                 write!(f, "KV-cache group {group}: {reason}: event rejected")
             }
-            MapError::Lookahead => f.write_str(
-                "blocks hashed over lookahead tokens (speculative decoding) are not indexed: \
-                 event rejected",
-            ),
         }
     }
 }
@@ -187,7 +181,7 @@ pub struct Mapped {
 ///         kv_cache_spec_sliding_window: None,
 ///         extra_keys: None,
 ///         cache_salt: None,
-///         lookahead: false,
+///         lookahead_token_ids: None,
 ///     })],
 ///     data_parallel_rank: Some(1),
 ///     unknown_events: 0,
@@ -308,9 +302,6 @@ impl EventMapper {
 }
 
 pub(super) fn stored_kind(stored: &BlockStored) -> Result<EventKind, MapError> {
-    if stored.lookahead {
-        return Err(MapError::Lookahead);
-    }
     let block_size = stored.block_size as usize;
     if block_size > hash::MAX_BLOCK_SIZE {
         return Err(MapError::BlockSizeTooLarge {
@@ -383,6 +374,21 @@ fn block_keys(stored: &BlockStored) -> Result<(Vec<Vec<ExtraKey>>, Option<String
             })
             .collect::<Result<_, _>>()?,
     };
+    // With lookahead hashing, each block is keyed by the tokens after it too.
+    if let Some(lists) = &stored.lookahead_token_ids {
+        if lists.len() != blocks {
+            return Err(MapError::ExtraKeys {
+                block: lists.len(),
+                reason: format!(
+                    "{} lookahead_token_ids lists for {blocks} blocks",
+                    lists.len()
+                ),
+            });
+        }
+        for (keys, list) in keys.iter_mut().zip(lists) {
+            keys.push(ExtraKey::Lookahead(list.clone()));
+        }
+    }
     // Dynamo's router seeds every block of the event with a namespace marked on its first block
     // (`extra_keys_to_cache_namespace`), and hashes nothing else of the mark.
     let mut namespace = None;

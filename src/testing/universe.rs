@@ -176,7 +176,9 @@ impl Universe {
                 identifier: "image-a".into(),
                 offset: from_fork + 1,
             },
-            2 => ExtraKey::PromptEmbeds(vec![p as u8; 32]),
+            2 if p.is_multiple_of(2) => ExtraKey::PromptEmbeds(vec![p as u8; 32]),
+            // The same tokens hashed over another token after the block (lookahead hashing).
+            2 => ExtraKey::Lookahead(vec![p as u32]),
             _ => ExtraKey::CacheSalt(format!("tenant-{}", p % 4)),
         }
     }

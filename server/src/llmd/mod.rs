@@ -95,7 +95,11 @@ pub fn score_prompt(
         Prompt::Messages(messages, open) => prompter.encode_messages(messages, open),
     }
     .map_err(ScoreError::Prompt)?;
-    let locals = hash::local_hashes(&tokens, model.block_size);
+    let features = hash::Features {
+        lookahead: model.lookahead,
+        ..hash::Features::default()
+    };
+    let locals = hash::local_hashes_with_features(&tokens, model.block_size, &features);
     let answer = service.query(model, &locals);
     let names = service.pod_names();
     let by_id: BTreeMap<u64, &String> = names.iter().map(|(name, &id)| (id, name)).collect();
