@@ -47,13 +47,16 @@ def local_hashes(
     lora_name: Optional[str] = None,
     cache_salt: Optional[str] = None,
     mm: Optional[Sequence[_MmItem]] = None,
+    lookahead: int = 0,
 ) -> List[int]:
     """Local hashes of the full blocks of ``tokens``, bit-compatible with Dynamo's
     ``compute_block_hash_for_seq`` (``salt`` is Dynamo's cache namespace). A trailing partial
     block is dropped. ``cache_salt`` (vLLM's, a key of the first block) and ``mm`` (multimodal
     items as ``(identifier, offset, length)`` of their placeholder tokens, each a key of every
-    block it overlaps) key blocks as vLLM 0.33 keys them. Raises ValueError for a
-    ``block_size`` outside 1..=2**20."""
+    block it overlaps) key blocks as vLLM 0.33 keys them; ``lookahead`` is vLLM's
+    ``num_hash_lookahead_tokens`` (speculative decoding: each block also keyed by that many
+    tokens after it, and only blocks followed by them hashed). Raises ValueError for a
+    ``block_size`` outside 1..=2**20 or a ``lookahead`` over 64."""
 
 def seq_hashes(local_hashes: Sequence[int]) -> List[int]:
     """Dynamo's sequence hashes of a chain of local hashes."""
@@ -120,6 +123,7 @@ class Index:
         lora_name: Optional[str] = None,
         cache_salt: Optional[str] = None,
         mm: Optional[Sequence[_MmItem]] = None,
+        lookahead: int = 0,
     ) -> _Scores:
         """``find_matches`` of ``local_hashes(tokens, block_size, ...)`` with the same
         keywords."""

@@ -76,6 +76,37 @@ def test_multimodal_and_salted_blocks_match_only_their_own_features(use_map):
     assert fi.local_hashes(tokens, 16, mm=[image])[0] == fi.local_hashes(tokens, 16)[0]
 
 
+@pytest.mark.parametrize("use_map", [False, True])
+def test_blocks_hashed_over_lookahead_tokens_match_requests_hashed_the_same_way(use_map):
+    # vLLM 0.33 with an EAGLE drafter (`num_hash_lookahead_tokens` = 1) hashes each block over
+    # the token after it and publishes those tokens in `lookahead_token_ids`, one list per block.
+    request = list(range(3000, 3000 + 3 * 16 + 1))
+    tokens = request[: 3 * 16]
+    lookahead = [[request[16]], [request[32]], [request[48]]]
+    stored = publisher.BlockStored(
+        [1, 2, 3], None, tokens, 16, None, "GPU", None, lookahead_token_ids=lookahead
+    )
+    index = fi.Index()
+    assert index.apply_engine_batch(1, batch([stored], 0, use_map))["applied"] == 1
+    # The request hashed with the same lookahead: every block.
+    assert index.find_matches_for_tokens(request, 16, lookahead=1) == {(1, 0): 3}
+    # Without the token after block 2, neither vLLM nor the router can hash that block.
+    assert index.find_matches_for_tokens(tokens, 16, lookahead=1) == {(1, 0): 2}
+    # Another token after block 2 is another block to vLLM.
+    assert index.find_matches_for_tokens(tokens + [7], 16, lookahead=1) == {(1, 0): 2}
+    # Hashed without lookahead, nothing matches: an under-count, never an over-count.
+    assert index.find_matches_for_tokens(request, 16) == {}
+    assert len(fi.local_hashes(request, 16, lookahead=1)) == 3
+    with pytest.raises(ValueError, match="lookahead"):
+        fi.local_hashes(request, 16, lookahead=65)
+    # Lists that are not one per block reject the event.
+    short = publisher.BlockStored(
+        [1, 2, 3], None, tokens, 16, None, "GPU", None, lookahead_token_ids=lookahead[:2]
+    )
+    counts = fi.Index().apply_engine_batch(1, batch([short], 0, use_map))
+    assert counts == {"applied": 0, "rejected": 1, "filtered": 0}
+
+
 def test_an_extra_key_of_an_unknown_shape_rejects_its_event():
     tokens = list(range(32))
     for keys in [[(1.5,), None], [(("image", "not an offset"),), None], [None]]:

@@ -108,6 +108,62 @@ fn scores(answer: &Value) -> Vec<(u64, u64, f64)> {
 }
 
 #[test]
+fn a_model_whose_engines_hash_over_lookahead_tokens_is_queried_the_same_way() {
+    // Model `eagle`'s engines hash each block over the token after it (vLLM with an EAGLE
+    // drafter); worker 7 holds the 6 blocks of a 25-token request hashed that way.
+    let dir = temp_dir("lookahead");
+    let tokens: Vec<u32> = (200..225).collect();
+    let eagle = hash::Features {
+        lookahead: 1,
+        ..hash::Features::default()
+    };
+    let locals = hash::local_hashes_with_features(&tokens, BLOCK_SIZE, &eagle);
+    assert_eq!(locals.len(), 6);
+    let contents = Contents {
+        taken_unix_ms: 1,
+        indexes: vec![IndexDump {
+            model: "eagle".into(),
+            tier: "GPU".into(),
+            events: vec![stored(Worker::new(7, 0), &locals, 6)],
+            groups: Vec::new(),
+        }],
+    };
+    snapshot::write_atomic(&dir, &snapshot::encode(&contents)).unwrap();
+    let config = dir.join("config.toml");
+    std::fs::write(
+        &config,
+        "[[models]]\nname = \"eagle\"\nblock_size = 4\nlookahead_tokens = 1\n",
+    )
+    .unwrap();
+    let server = Server::start(
+        &dir,
+        "server",
+        &[
+            "--config",
+            config.to_str().unwrap(),
+            "--snapshot-dir",
+            dir.to_str().unwrap(),
+        ],
+    );
+    server.wait_ready();
+    let query = |tokens: &[u32]| {
+        let (status, answer) =
+            server.post("/query", &json!({ "model": "eagle", "tokens": tokens }));
+        assert_eq!(status, 200, "{answer}");
+        (answer["blocks"].as_u64().unwrap(), depth_of(&answer, 7))
+    };
+    // Queries given as tokens are hashed as the model's engines hash them.
+    assert_eq!(query(&tokens), (6, 6));
+    // A prompt that ends at a block's end: that block has no token after it yet.
+    assert_eq!(query(&tokens[..24]), (5, 5));
+    // Another token after the last block is another block to the engine.
+    let mut other = tokens.clone();
+    other[24] = 7;
+    assert_eq!(query(&other), (6, 5));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
 fn queries_score_every_tier_and_bad_input_gets_a_4xx() {
     let dir = temp_dir("routes");
     tiered_snapshot(&dir);
