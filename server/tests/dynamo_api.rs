@@ -240,6 +240,51 @@ fn query_isolates_cache_salts() {
     }
 }
 
+/// A model whose engines hash each block over the token after it (vLLM with an EAGLE drafter,
+/// `lookahead_tokens = 1` in the configuration): `/query` hashes tokens that way too, so the
+/// blocks match where the engine would reuse them and nowhere else.
+#[test]
+fn query_hashes_over_lookahead_tokens_for_a_model_configured_so() {
+    let dir = temp_dir("dynamo-lookahead");
+    let config = dir.join("config.toml");
+    let model = format!(
+        "[[models]]\nname = \"{MODEL}\"\nblock_size = {BLOCK_SIZE}\nlookahead_tokens = 1\n"
+    );
+    std::fs::write(&config, model).unwrap();
+    let server = server("dynamo-lookahead", &["--config", config.to_str().unwrap()]);
+    let request: Vec<u32> = (1..=9).collect();
+    let mut fields = match stored(&[71, 72], None, &request[..8], "GPU", Msg::Nil) {
+        Msg::Array(fields) => fields,
+        _ => unreachable!(),
+    };
+    // group_idx .. session_id, then `lookahead_token_ids`: the token after each block.
+    fields.extend(std::iter::repeat_n(Msg::Nil, 6));
+    fields.push(Msg::Array(vec![
+        Msg::Array(vec![Msg::from(5)]),
+        Msg::Array(vec![Msg::from(9)]),
+    ]));
+    let mut seven = Engine::bind();
+    register(&server, &mut seven, 7, ROUTING_GROUP);
+    seven.publish(vec![Msg::Array(fields)], 0);
+    let query = |tokens: &[u32]| json!({ "token_ids": tokens, "model_name": MODEL, "routing_group": ROUTING_GROUP });
+    let body = converged(server.dynamo(), "/query", &query(&request), |b| {
+        !b["scores"]["7"].is_null()
+    });
+    assert_eq!(body["scores"]["7"]["0"], 8, "{body}");
+    // Without the token after block 1, the engine could not reuse it, and neither is it found.
+    let (status, body) = server.dynamo().post("/query", &query(&request[..8]));
+    assert_eq!(
+        (status, &body["scores"]["7"]["0"]),
+        (200, &json!(4)),
+        "{body}"
+    );
+    // Another token after block 1 is another block.
+    let mut other = request.clone();
+    other[8] = 99;
+    let (_, body) = server.dynamo().post("/query", &query(&other));
+    assert_eq!(body["scores"]["7"]["0"], 4, "{body}");
+}
+
 /// `/query_by_hash` cannot apply a cache salt after token hashes have already been produced.
 #[test]
 fn query_by_hash_rejects_cache_salt() {

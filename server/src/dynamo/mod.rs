@@ -237,7 +237,14 @@ async fn query(
         lora_name: request.lora_name.as_deref(),
         cache_namespace: request.cache_salt.as_deref(),
     };
-    let locals = hash::local_hashes_salted(&request.token_ids, model.block_size, salt);
+    // As Dynamo hashes them, and over the tokens after each block for a model whose engines
+    // hash that way (`lookahead_tokens`; Dynamo itself does not).
+    let features = hash::Features {
+        salt,
+        lookahead: model.lookahead,
+        ..hash::Features::default()
+    };
+    let locals = hash::local_hashes_with_features(&request.token_ids, model.block_size, &features);
     let hashed = Instant::now();
     let tiers = app.registry.service().queried_tiers(&model);
     let response = answer::score(&model, tiers, &locals);
