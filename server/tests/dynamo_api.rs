@@ -251,7 +251,16 @@ fn query_hashes_over_lookahead_tokens_for_a_model_configured_so() {
         "[[models]]\nname = \"{MODEL}\"\nblock_size = {BLOCK_SIZE}\nlookahead_tokens = 1\n"
     );
     std::fs::write(&config, model).unwrap();
-    let server = server("dynamo-lookahead", &["--config", config.to_str().unwrap()]);
+    // In the configuration's own directory: a second `temp_dir` of the same name may be this one,
+    // emptied.
+    let args = [
+        "--dynamo-listen",
+        "127.0.0.1:0",
+        "--config",
+        config.to_str().unwrap(),
+    ];
+    let server = Server::start(&dir, "dynamo-lookahead", &args);
+    server.wait_ready();
     let request: Vec<u32> = (1..=9).collect();
     let mut fields = match stored(&[71, 72], None, &request[..8], "GPU", Msg::Nil) {
         Msg::Array(fields) => fields,
