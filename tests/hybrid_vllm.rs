@@ -197,6 +197,59 @@ fn gpt_oss_like_full_attention_and_a_window_of_128_tokens() {
 }
 
 #[test]
+fn gpt_oss_like_with_lookahead_hashing_keys_both_groups_blocks_by_the_next_token() {
+    // The same model served with an EAGLE drafter: vLLM hashes each block over the token after
+    // it, and both groups' events carry `lookahead_token_ids` for the blocks they publish.
+    let model = ModelGroups::new(vec![
+        GroupSpec::new(GroupKind::FullAttention, BLOCK as u32),
+        GroupSpec::new(GroupKind::SlidingWindow { window: 128 }, BLOCK as u32),
+    ])
+    .unwrap();
+    let mut fleet = Fleet::new(model);
+    // 40 blocks and the first token after them.
+    let request = tokens(3, 41, 0, 0);
+    let a = &request[..40 * BLOCK];
+    let with_lookahead = |event: Value, published: &[usize]| {
+        let Value::Array(mut fields) = event else {
+            unreachable!()
+        };
+        let lists = published
+            .iter()
+            .map(|&b| Value::Array(vec![Value::from(request[(b + 1) * BLOCK])]));
+        *fields.last_mut().unwrap() = Value::Array(lists.collect());
+        Value::Array(fields)
+    };
+    let every: Vec<usize> = (0..40).collect();
+    let window: Vec<usize> = (32..40).collect();
+    let rejected = fleet.send(vec![
+        with_lookahead(stored(0, a, 0..40, |_| true, None), &every),
+        with_lookahead(stored(1, a, 0..40, |i| i >= 32, None), &window),
+    ]);
+    assert!(rejected.is_empty(), "{rejected:?}");
+    let score = |tokens: &[u32], lookahead: usize| {
+        let features = hash::Features {
+            lookahead,
+            ..hash::Features::default()
+        };
+        let query = hash::local_hashes_with_features(tokens, BLOCK, &features);
+        let scores: Vec<Option<u32>> = (fleet.indexes.iter())
+            .map(|(_, index)| index.find_matches(&query).get(Worker::new(1, 0)))
+            .collect();
+        assert!(scores.windows(2).all(|w| w[0] == w[1]), "{scores:?}");
+        scores[0]
+    };
+    // Hashed as the engine hashes it: all 40 blocks, their window held.
+    assert_eq!(score(&request[..40 * BLOCK + 1], 1), Some(40));
+    // Another token after block 39 is another block 39: the hit ends at 39, whose window
+    // (31..39) the window group does not hold.
+    let mut other = request[..40 * BLOCK + 1].to_vec();
+    other[40 * BLOCK] = 7;
+    assert_eq!(score(&other, 1), None);
+    // A router that hashes without the lookahead matches nothing.
+    assert_eq!(score(&request[..40 * BLOCK + 1], 0), None);
+}
+
+#[test]
 fn qwen3_next_like_full_attention_and_mamba_states_per_step() {
     let model = ModelGroups::new(vec![
         GroupSpec::new(GroupKind::FullAttention, BLOCK as u32),
