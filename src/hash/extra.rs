@@ -49,10 +49,15 @@ pub enum ExtraKey {
 /// request's hashing linear in its length.
 pub const MAX_LOOKAHEAD_TOKENS: usize = 64;
 
+/// Appends a field's head: a kind byte and the length in bytes of what follows.
+fn tag_and_length(out: &mut Vec<u8>, tag: u8, length: usize) {
+    out.push(tag);
+    out.extend((length as u64).to_le_bytes());
+}
+
 /// Appends a tagged, length-prefixed field: a kind byte, the length, the bytes.
 fn tagged(out: &mut Vec<u8>, tag: u8, data: &[u8]) {
-    out.push(tag);
-    out.extend((data.len() as u64).to_le_bytes());
+    tag_and_length(out, tag, data.len());
     out.extend(data);
 }
 
@@ -69,8 +74,7 @@ fn encode_salt(out: &mut Vec<u8>, salt: &str) {
 
 /// The encoding of a lookahead key (see [`ExtraKey::encode`]): the tokens' little-endian bytes.
 fn encode_lookahead(out: &mut Vec<u8>, tokens: &[u32]) {
-    out.push(0xf4);
-    out.extend((tokens.len() as u64 * 4).to_le_bytes());
+    tag_and_length(out, 0xf4, tokens.len() * 4);
     out.extend(tokens.iter().flat_map(|t| t.to_le_bytes()));
 }
 
@@ -310,6 +314,7 @@ pub fn local_hashes_dynamo_mm(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::hash::SEED;
 
     #[test]
     fn a_request_hashes_as_its_blocks_keyed_one_by_one() {
@@ -389,7 +394,7 @@ mod tests {
                     let (start, end) = (i * 16, (i + 1) * 16);
                     let mut keys = block_extra_keys(&features, start, end + lookahead);
                     keys.push(ExtraKey::Lookahead(tokens[end..end + lookahead].to_vec()));
-                    block_local_hash(&tokens[start..end], SEED_OF_NONE, &keys)
+                    block_local_hash(&tokens[start..end], SEED, &keys)
                 })
                 .collect();
             assert_eq!(request, one_by_one, "lookahead {lookahead}");
@@ -417,7 +422,4 @@ mod tests {
         };
         assert!(local_hashes_with_features(&tokens, 16, &too_far).is_empty());
     }
-
-    /// The seed of a request without a LoRA adapter or namespace.
-    const SEED_OF_NONE: u64 = super::super::SEED;
 }
