@@ -151,14 +151,19 @@ impl Fleet {
     }
 }
 
-#[test]
-fn gpt_oss_like_full_attention_and_a_window_of_128_tokens() {
-    // Window 128 over blocks of 16: a hit needs the cdiv(127, 16) = 8 blocks before its end.
-    let model = ModelGroups::new(vec![
+/// gpt-oss's groups: full attention and a sliding window of 128 tokens, in blocks of [`BLOCK`].
+fn gpt_oss_like() -> ModelGroups {
+    ModelGroups::new(vec![
         GroupSpec::new(GroupKind::FullAttention, BLOCK as u32),
         GroupSpec::new(GroupKind::SlidingWindow { window: 128 }, BLOCK as u32),
     ])
-    .unwrap();
+    .unwrap()
+}
+
+#[test]
+fn gpt_oss_like_full_attention_and_a_window_of_128_tokens() {
+    // Window 128 over blocks of 16: a hit needs the cdiv(127, 16) = 8 blocks before its end.
+    let model = gpt_oss_like();
     let mut fleet = Fleet::new(model);
     let a = tokens(1, 40, 0, 0);
     let all = |_| true;
@@ -200,11 +205,7 @@ fn gpt_oss_like_full_attention_and_a_window_of_128_tokens() {
 fn gpt_oss_like_with_lookahead_hashing_keys_both_groups_blocks_by_the_next_token() {
     // The same model served with an EAGLE drafter: vLLM hashes each block over the token after
     // it, and both groups' events carry `lookahead_token_ids` for the blocks they publish.
-    let model = ModelGroups::new(vec![
-        GroupSpec::new(GroupKind::FullAttention, BLOCK as u32),
-        GroupSpec::new(GroupKind::SlidingWindow { window: 128 }, BLOCK as u32),
-    ])
-    .unwrap();
+    let model = gpt_oss_like();
     let mut fleet = Fleet::new(model);
     // 40 blocks and the first token after them.
     let request = tokens(3, 41, 0, 0);
@@ -283,11 +284,7 @@ fn qwen3_next_like_full_attention_and_mamba_states_per_step() {
 
 #[test]
 fn unknown_groups_and_kinds_are_refused_and_counted_never_merged() {
-    let model = ModelGroups::new(vec![
-        GroupSpec::new(GroupKind::FullAttention, BLOCK as u32),
-        GroupSpec::new(GroupKind::SlidingWindow { window: 128 }, BLOCK as u32),
-    ])
-    .unwrap();
+    let model = gpt_oss_like();
     let mut fleet = Fleet::new(model);
     let a = tokens(1, 20, 0, 0);
     let all = |_| true;
@@ -355,11 +352,7 @@ fn the_subscriber_follows_a_hybrid_engine_over_zeromq() {
     use flash_indexer::ingest::{EngineEndpoint, Subscriber, SubscriberConfig};
     use std::sync::Arc;
 
-    let model = ModelGroups::new(vec![
-        GroupSpec::new(GroupKind::FullAttention, BLOCK as u32),
-        GroupSpec::new(GroupKind::SlidingWindow { window: 128 }, BLOCK as u32),
-    ])
-    .unwrap();
+    let model = gpt_oss_like();
     for layout in testing::enabled_layouts() {
         let name = layout.name;
         let index: Arc<HybridIndexer<Box<dyn KvIndex>>> =
