@@ -222,28 +222,22 @@ impl<I: KvIndex> HybridIndexer<I> {
         map.insert(key, Holders::new(holders));
     }
 
-    /// Drops every block of `worker` from the maps (the layout is the caller's).
-    fn forget(&self, worker: Worker, table: Table) {
-        self.commit(worker, &table.retraction(&self.runs));
-    }
-}
-
-impl<I: KvIndex> HybridIndex for HybridIndexer<I> {
-    fn model(&self) -> &ModelGroups {
-        &self.model
-    }
-
-    fn apply(&self, group: u32, event: &Event) -> Result<(), EventError> {
-        check_group(&self.model, group)?;
-        if !self.model.is_hybrid() {
-            return self.chain.apply(event);
-        }
+    /// Applies one event of a hybrid model to the layout and to its worker's table, under the
+    /// worker's shard lock. The table's changes wait in the shard's buffer for
+    /// [`publish`](Self::publish), so that a batch's events settle and publish once.
+    fn apply_unpublished(
+        &self,
+        shard: &mut Shard,
+        group: u32,
+        event: &Event,
+    ) -> Result<(), EventError> {
         let worker = event.worker;
-        let mut shard = self.shard(worker.id);
-        let Shard { tables, changes } = &mut *shard;
         if let EventKind::Cleared = event.kind {
+            // The retraction reads the answers the table has published: the batch's earlier
+            // changes go out first.
+            self.publish(shard, worker);
             let result = self.chain.apply(event);
-            if let Some(table) = tables.remove(&worker) {
+            if let Some(table) = shard.tables.remove(&worker) {
                 self.forget(worker, table);
             }
             return result;
@@ -257,9 +251,9 @@ impl<I: KvIndex> HybridIndex for HybridIndexer<I> {
         if matches!(&result, Err(e) if !e.is_warning()) {
             return result;
         }
+        let Shard { tables, changes } = shard;
         let table = tables.entry(worker).or_default();
         let runs = &self.runs;
-        changes.clear();
         let mut missing = Vec::new();
         match &event.kind {
             EventKind::Stored { parent, blocks } if chain => {
@@ -284,15 +278,74 @@ impl<I: KvIndex> HybridIndex for HybridIndexer<I> {
             }
             EventKind::Cleared => {}
         }
-        table.settle(runs, changes);
+        // An empty table has no paths left to settle: every one it had went with a retraction.
         if table.is_empty() {
             tables.remove(&worker);
         }
-        self.commit(worker, changes);
         match result {
             Ok(()) if !chain && !missing.is_empty() => Err(EventError::UnknownBlocks { missing }),
             other => other,
         }
+    }
+
+    /// Settles `worker`'s table and publishes what its events changed since the last publish.
+    fn publish(&self, shard: &mut Shard, worker: Worker) {
+        let Shard { tables, changes } = shard;
+        if let Some(table) = tables.get_mut(&worker) {
+            table.settle(&self.runs, changes);
+        }
+        self.commit(worker, changes);
+        changes.clear();
+    }
+
+    /// Drops every block of `worker` from the maps (the layout is the caller's).
+    fn forget(&self, worker: Worker, table: Table) {
+        self.commit(worker, &table.retraction(&self.runs));
+    }
+}
+
+impl<I: KvIndex> HybridIndex for HybridIndexer<I> {
+    fn model(&self) -> &ModelGroups {
+        &self.model
+    }
+
+    fn apply(&self, group: u32, event: &Event) -> Result<(), EventError> {
+        check_group(&self.model, group)?;
+        if !self.model.is_hybrid() {
+            return self.chain.apply(event);
+        }
+        let mut shard = self.shard(event.worker.id);
+        let result = self.apply_unpublished(&mut shard, group, event);
+        self.publish(&mut shard, event.worker);
+        result
+    }
+
+    fn apply_batch(&self, events: &[(u32, Event)]) -> Vec<(usize, EventError)> {
+        let mut errors = Vec::new();
+        let mut at = 0;
+        while at < events.len() {
+            // A worker's consecutive events under one lock, published once.
+            let worker = events[at].1.worker;
+            let end = at
+                + (events[at..].iter())
+                    .take_while(|(_, event)| event.worker == worker)
+                    .count();
+            let mut shard = self.model.is_hybrid().then(|| self.shard(worker.id));
+            for (offset, (group, event)) in events[at..end].iter().enumerate() {
+                let result = check_group(&self.model, *group).and_then(|()| match &mut shard {
+                    Some(shard) => self.apply_unpublished(shard, *group, event),
+                    None => self.chain.apply(event),
+                });
+                if let Err(e) = result {
+                    errors.push((at + offset, e));
+                }
+            }
+            if let Some(shard) = &mut shard {
+                self.publish(shard, worker);
+            }
+            at = end;
+        }
+        errors
     }
 
     fn find_matches(&self, query: &[LocalHash]) -> OverlapScores {

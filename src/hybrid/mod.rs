@@ -69,6 +69,18 @@ pub trait HybridIndex: Send + Sync {
     /// `Cleared` event clears every group of the worker: an engine drops its whole cache.
     fn apply(&self, group: u32, event: &Event) -> Result<(), EventError>;
 
+    /// Applies `events`, each with its group, in order, with the same effect as
+    /// [`apply`](Self::apply) on each (an engine's batch, say); returns each event's error with
+    /// its place in `events`. An index may publish a worker's consecutive events together, so
+    /// that changes a later event of the batch takes back (a sliding window's stores, then its
+    /// removals of the blocks that left the window) are never published. A query racing a batch
+    /// may see some of it and not the rest.
+    fn apply_batch(&self, events: &[(u32, Event)]) -> Vec<(usize, EventError)> {
+        (events.iter().enumerate())
+            .filter_map(|(at, (group, event))| self.apply(*group, event).err().map(|e| (at, e)))
+            .collect()
+    }
+
     /// How long a prefix of `query` each worker's groups can all supply, by the rules of the
     /// model's kinds. Workers with 0 are absent.
     fn find_matches(&self, query: &[LocalHash]) -> OverlapScores;

@@ -26,7 +26,7 @@ use foldhash::fast::RandomState;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 
-/// What a table publishes of one event.
+/// What a table publishes of its worker's events since the last publish.
 #[derive(Debug, Default)]
 pub(super) struct Changes {
     /// `(group, path, ±1)`: a block of the group started or stopped holding the path. Only
@@ -42,7 +42,7 @@ pub(super) struct Changes {
 const KEPT_CHANGES: usize = 1024;
 
 impl Changes {
-    /// Empties both lists for the next event, keeping room for [`KEPT_CHANGES`] of each.
+    /// Empties both lists for the next publish, keeping room for [`KEPT_CHANGES`] of each.
     pub(super) fn clear(&mut self) {
         self.held.clear();
         self.answers.clear();
@@ -535,7 +535,8 @@ impl Table {
     }
 
     /// Recomputes the run state of every dirty path, parents before children, and publishes
-    /// the answers that changed: once per event, after its blocks.
+    /// the answers that changed: once per publish (an event, or a batch of the worker's), after
+    /// its blocks, so an answer a batch changes and changes back is never published.
     pub(super) fn settle(&mut self, runs: &Runs, out: &mut Changes) {
         let (groups, specs) = (runs.groups, runs.specs.len());
         while let Some(Reverse((_, at))) = self.dirty.pop() {
