@@ -1,7 +1,7 @@
 //! `HybridIndex`: a model of several KV-cache groups (sliding window, chunked local attention,
 //! Mamba beside full attention) over any layout, scored by vLLM's reuse rules.
 
-use crate::convert::{event_error, scores, tally};
+use crate::convert::{event_error, scores};
 use crate::index::make_layout;
 use flash_indexer::hybrid::{GroupKind, GroupSpec, HybridIndex as _, HybridIndexer, ModelGroups};
 use flash_indexer::ingest::{EventMapper, MapConfig};
@@ -158,9 +158,11 @@ impl HybridIndex {
         crate::convert::engine_batch(py, data, engine, |batch| {
             let mapper = EventMapper::new(worker_id, MapConfig::default());
             let mapped = mapper.map_groups(batch, 0, index.model());
-            let results = mapped.events.iter().map(|(g, e)| index.apply(*g, e));
-            let (applied, rejected) = tally(results);
-            (applied, rejected + mapped.rejected.len(), mapped.filtered)
+            // One batch: the index publishes each worker's changes of it once.
+            let errors = index.apply_batch(&mapped.events);
+            let refused = errors.iter().filter(|(_, e)| !e.is_warning()).count();
+            let applied = mapped.events.len() - refused;
+            (applied, refused + mapped.rejected.len(), mapped.filtered)
         })
     }
 

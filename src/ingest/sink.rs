@@ -42,6 +42,12 @@ pub(crate) trait Sink: Send + Sync + 'static {
     fn cleared(&self, worker: Worker, event_id: u64) -> Self::Item;
     /// Hands one item over, without waiting.
     fn offer(&self, item: Self::Item) -> Offer<Self::Item>;
+    /// Applies a whole batch's items at once, where the sink applies in place (so that an index
+    /// can publish them together): each item's verdict, in order. A sink that queues gives them
+    /// back, to be offered one at a time.
+    fn apply_all(&self, items: Vec<Self::Item>) -> Result<Vec<Offer<Self::Item>>, Vec<Self::Item>> {
+        Err(items)
+    }
     /// Drops every rank of worker `id`, after the items offered before.
     fn remove_worker(&self, id: u64);
 }
@@ -110,12 +116,35 @@ impl<H: crate::hybrid::HybridIndex + ?Sized + 'static> Sink for Hybrid<H> {
     fn offer(&self, (group, event): (u32, Event)) -> Offer<(u32, Event)> {
         match self.0.apply(group, &event) {
             Ok(()) => Offer::Taken,
-            Err(error) if error.is_warning() => Offer::Warned(format!("{}: {error}", event.worker)),
-            Err(error) => Offer::Refused(format!("{} group {group}: {error}", event.worker)),
+            Err(error) => verdict(group, &event, error),
         }
+    }
+
+    /// One [`apply_batch`](crate::hybrid::HybridIndex::apply_batch): the index publishes the
+    /// batch's changes of each worker once.
+    fn apply_all(
+        &self,
+        items: Vec<(u32, Event)>,
+    ) -> Result<Vec<Offer<(u32, Event)>>, Vec<(u32, Event)>> {
+        let mut verdicts: Vec<Offer<(u32, Event)>> = items.iter().map(|_| Offer::Taken).collect();
+        for (at, error) in self.0.apply_batch(&items) {
+            let (group, event) = &items[at];
+            verdicts[at] = verdict(*group, event, error);
+        }
+        Ok(verdicts)
     }
 
     fn remove_worker(&self, id: u64) {
         self.0.remove_worker(id);
+    }
+}
+
+/// What an index's error on `event` of `group` makes of it: a warning, or a refusal.
+#[cfg(feature = "hybrid")]
+fn verdict<T>(group: u32, event: &Event, error: crate::EventError) -> Offer<T> {
+    if error.is_warning() {
+        Offer::Warned(format!("{}: {error}", event.worker))
+    } else {
+        Offer::Refused(format!("{} group {group}: {error}", event.worker))
     }
 }

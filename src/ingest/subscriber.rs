@@ -643,11 +643,18 @@ impl<S: Sink> EndpointTask<S> {
     /// Hands events to the sink, waiting in short slices while a pool queue is full so that a
     /// stop request is never held up by a busy pool.
     fn submit(&self, items: Vec<S::Item>) {
-        let counters = &self.shared.monitor.counters;
+        let items = match self.shared.sink.apply_all(items) {
+            Ok(verdicts) => {
+                for verdict in verdicts {
+                    self.count(verdict);
+                }
+                return;
+            }
+            Err(items) => items,
+        };
         for mut item in items {
             loop {
                 match self.shared.sink.offer(item) {
-                    Offer::Taken => bump(&counters.events, 1),
                     Offer::Full(back) => {
                         if self.stopped() {
                             return;
@@ -656,22 +663,34 @@ impl<S: Sink> EndpointTask<S> {
                         std::thread::sleep(Duration::from_micros(200));
                         continue;
                     }
-                    Offer::Warned(warning) => {
-                        bump(&counters.events, 1);
-                        bump(&counters.index_warnings, 1);
-                        self.problem(warning);
-                    }
-                    Offer::Refused(why) => {
-                        bump(&counters.index_refused, 1);
-                        self.problem(why);
-                    }
                     Offer::Gone(why) => {
                         // Only once the pool's writer thread has died: nothing to do but say so.
                         self.problem(why);
                         return;
                     }
+                    verdict => self.count(verdict),
                 }
                 break;
+            }
+        }
+    }
+
+    /// Counts what became of one event the sink took or refused.
+    fn count(&self, verdict: Offer<S::Item>) {
+        let counters = &self.shared.monitor.counters;
+        match verdict {
+            Offer::Taken => bump(&counters.events, 1),
+            Offer::Warned(warning) => {
+                bump(&counters.events, 1);
+                bump(&counters.index_warnings, 1);
+                self.problem(warning);
+            }
+            Offer::Refused(why) => {
+                bump(&counters.index_refused, 1);
+                self.problem(why);
+            }
+            Offer::Full(_) | Offer::Gone(_) => {
+                debug_assert!(false, "`submit` handles full queues and gone pools itself")
             }
         }
     }
