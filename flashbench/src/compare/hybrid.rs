@@ -5,8 +5,9 @@
 //! The trace runs through the mock engines; the window group caches what the full-attention
 //! group caches and evicts, as vLLM's sliding-window manager does, every block of a store but
 //! the window's tail at once (`remove_skipped_blocks` frees them, and a busy pool evicts them
-//! first). Each subject replays the same steps on a fresh index, applying events on a writer
-//! thread and timing each query on the calling thread once the events before it are in; every
+//! first). Each subject replays the same steps on a fresh index, applying the events between
+//! two queries as one batch on a writer thread (as a router applies an engine's batches) and
+//! timing each query on the calling thread once the events before it are in; every
 //! answer is checked against the reference of its model. Interleaved rounds, medians.
 //!
 //! A third subject is the control: the two-group fleet, queried through its full-attention
@@ -29,10 +30,43 @@ use std::time::{Duration, Instant};
 /// gpt-oss's window, in tokens.
 const WINDOW: u32 = 128;
 
-/// One step of the two-group replay: an event of a group, or a query.
+/// One step of the two-group replay: the events between two queries, or a query.
 enum HybridStep {
-    Event(u32, Event),
+    /// Applied as one batch, as a router applies an engine's batch: the full-attention group's
+    /// events first, then the window group's, each group's in order (what a group holds does
+    /// not depend on how the groups' events interleave). The one-group model takes the first
+    /// `chain`.
+    Events {
+        events: Vec<(u32, Event)>,
+        chain: usize,
+    },
     Query(Vec<LocalHash>),
+}
+
+/// Collects each group's events and makes them one [`HybridStep::Events`] at each query.
+#[derive(Default)]
+struct Batcher {
+    chain: Vec<(u32, Event)>,
+    window: Vec<(u32, Event)>,
+}
+
+impl Batcher {
+    fn push(&mut self, group: u32, event: Event) {
+        match group {
+            0 => self.chain.push((0, event)),
+            _ => self.window.push((group, event)),
+        }
+    }
+
+    /// Ends the batch (if it has events) into `out`.
+    fn flush(&mut self, out: &mut Vec<HybridStep>) {
+        let chain = self.chain.len();
+        let mut events = core::mem::take(&mut self.chain);
+        events.append(&mut self.window);
+        if !events.is_empty() {
+            out.push(HybridStep::Events { events, chain });
+        }
+    }
 }
 
 /// The engines' events for both groups: the full-attention group's as the engines publish them,
@@ -46,9 +80,11 @@ fn steps(
     let workload = engine::generate(trace, cfg, source);
     let mut window_held: HashMap<Worker, HashSet<SeqHash>> = HashMap::new();
     let mut out = Vec::new();
+    let mut batch = Batcher::default();
     for (_, step) in super::presets::steps_of(&workload.ops) {
         let event = match step {
             Step::Query(q) => {
+                batch.flush(&mut out);
                 out.push(HybridStep::Query(q));
                 continue;
             }
@@ -90,9 +126,12 @@ fn steps(
                 vec![]
             }
         };
-        out.push(HybridStep::Event(0, event));
-        out.extend(derived.into_iter().map(|e| HybridStep::Event(1, e)));
+        batch.push(0, event);
+        for event in derived {
+            batch.push(1, event);
+        }
     }
+    batch.flush(&mut out);
     out
 }
 
@@ -124,8 +163,8 @@ struct Replayed {
     idle: Vec<Duration>,
 }
 
-/// Replays `steps` into `index`. Events are applied on a writer thread, as a router's event
-/// loop applies them, and each query runs on the calling thread once every event before it is
+/// Replays `steps` into `index`. Events are applied on a writer thread, a batch at a time, as a
+/// router's event loop applies them, and each query runs on the calling thread once every event before it is
 /// in (the writer waits for the answer), so the answers are the reference's and the query's
 /// caches hold what a query thread's would. `pace` may hold a query back longer. Queries go to
 /// `ask` (the index's own `find_matches`, or the control's walk alone).
@@ -142,7 +181,7 @@ fn replay(
         .iter()
         .filter_map(|s| match s {
             HybridStep::Query(q) => Some(q),
-            HybridStep::Event(..) => None,
+            HybridStep::Events { .. } => None,
         })
         .collect();
     // Queries the writer has reached (every event before them applied), and queries answered.
@@ -158,10 +197,14 @@ fn replay(
         scope.spawn(|| {
             for step in steps {
                 match step {
-                    HybridStep::Event(group, event) if *group < groups => {
-                        let _ = index.apply(*group, event);
+                    HybridStep::Events { events, chain } => {
+                        let events = if groups > 1 {
+                            events
+                        } else {
+                            &events[..*chain]
+                        };
+                        let _ = index.apply_batch(events);
                     }
-                    HybridStep::Event(..) => {}
                     HybridStep::Query(_) => {
                         let at = reached.fetch_add(1, Ordering::Release) + 1;
                         while answered.load(Ordering::Acquire) < at {
@@ -385,12 +428,13 @@ mod tests {
             .collect();
         let query: Vec<LocalHash> = (0..4).map(LocalHash).collect();
         let mut steps = Vec::new();
+        let mut batch = Batcher::default();
         for id in 0..3 {
             let worker = Worker::new(id, 0);
             for group in 0..2 {
-                let event = Event::stored(worker, 0, None, blocks.clone());
-                steps.push(HybridStep::Event(group, event));
+                batch.push(group, Event::stored(worker, 0, None, blocks.clone()));
             }
+            batch.flush(&mut steps);
             steps.push(HybridStep::Query(query.clone()));
         }
         steps
@@ -407,7 +451,10 @@ mod tests {
         let mut steps = few_steps();
         // The window group of worker 0 drops the last block: two groups now answer less.
         let dropped = Event::removed(Worker::new(0, 0), 1, vec![SeqHash(103)]);
-        steps.push(HybridStep::Event(1, dropped));
+        steps.push(HybridStep::Events {
+            events: vec![(1, dropped)],
+            chain: 0,
+        });
         steps.push(HybridStep::Query((0..4).map(LocalHash).collect()));
         let one_group = NaiveHybridIndexer::new(ModelGroups::full_attention(bs));
         let expected_one = answers(&one_group, &|q| one_group.find_matches(q), &steps);
