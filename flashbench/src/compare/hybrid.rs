@@ -359,7 +359,7 @@ pub fn run(
     let _ = writeln!(
         md,
         "## hybrid\n\n{source} through the mock engines ({} workers x {} blocks, block size {bs}), \
-         {queries} queries, each timed on the query thread once a writer thread has applied the events before it{}. Model: full attention, or full attention and a sliding \
+         {queries} queries, each timed on the query thread once a writer thread has applied the events before it (those between two queries as one batch){}. Model: full attention, or full attention and a sliding \
          window of {WINDOW} tokens ({window_blocks} blocks), the window group evicting every \
          block of a store but its last {window_blocks} at once. Medians of {rounds} rounds; \
          every answer equal to its model's reference. Control: the two-group fleet queried \
