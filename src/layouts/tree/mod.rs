@@ -287,7 +287,9 @@ impl<T: AsTree> Storage for T {
                     slot,
                     |edge| follow(edge, rest),
                     rest,
-                    room(T::Index::STRIDE, rest.len()),
+                    // Only a tree without checkpoints appends (an appended block could need an
+                    // anchor), so only its edges keep room to grow.
+                    T::Index::STRIDE == 0,
                     || checkpoints(T::Index::STRIDE, keys, first, rest.len()),
                     |child| {
                         for anchor in child.anchors() {
@@ -383,21 +385,6 @@ impl<T: AsTree> Checkpointed for T {
     }
 }
 
-/// Blocks a new edge of `len` blocks has room for: at least [`APPEND_ROOM`] in a tree without
-/// checkpoints (see [`Node::append`]), exactly `len` in one with (an appended block could need an
-/// anchor).
-fn room(stride: u32, len: usize) -> usize {
-    match stride {
-        0 => len.max(APPEND_ROOM),
-        _ => len,
-    }
-}
-
-/// The room a short new edge gets in a tree without checkpoints: a decode step stores one block
-/// at a time at the end of its request's chain, and this many of them share a node instead of
-/// taking one each (paper §6.26 measured it on the trace replay).
-const APPEND_ROOM: usize = 8;
-
 /// The checkpoints among the `len` blocks of `keys` from block `first`, every `stride`
 /// positions (none when `stride` is 0): each one's offset from `first`, and its key.
 fn checkpoints<'k>(
@@ -433,7 +420,7 @@ fn follow(edge: &[LocalHash], locals: &[LocalHash]) -> u32 {
 
 #[cfg(all(test, not(loom), feature = "radix"))]
 mod tests {
-    use super::APPEND_ROOM;
+    use super::node::APPEND_ROOM;
     use crate::{Block, Event, KvIndex, LocalHash, RadixIndexer, SeqHash, Worker};
 
     fn block(i: u64) -> Block {

@@ -64,6 +64,23 @@ pub(crate) struct ChildKey {
     pub(super) local: LocalHash,
 }
 
+/// The room a short new edge gets in a tree without checkpoints: a decode step stores one block
+/// at a time at the end of its request's chain, and this many of them share a node instead of
+/// taking one each (paper §6.26 measured it on the trace replay).
+pub(super) const APPEND_ROOM: u32 = 8;
+
+/// The bit of [`Node`]'s anchor count that says its edge may grow ([`Node::cap`]).
+const GROWS: u32 = 1 << 31;
+
+/// Blocks an edge of `len` blocks has room for: with `grows` ([`GROWS`] or 0) at least
+/// [`APPEND_ROOM`], else exactly `len`.
+fn room(grows: u32, len: u32) -> u32 {
+    match grows {
+        0 => len,
+        _ => len.max(APPEND_ROOM),
+    }
+}
+
 /// A node of the compressed tree: an edge of consecutive blocks of one prefix, and the workers
 /// holding a prefix of it.
 ///
@@ -75,8 +92,6 @@ pub struct Node {
     edge: *const LocalHash,
     /// Blocks in the edge: raised only by [`Node::append`], under the node's lock.
     len: AtomicU32,
-    /// Blocks the allocation has room for (`len` and the room left to append).
-    cap: u32,
     /// Its key in the parent's children.
     key: ChildKey,
     parent: *const Node,
@@ -91,8 +106,10 @@ pub struct Node {
     /// Null when there are none.
     children: Atomic<Children>,
     /// How many checkpoints of a layout that indexes them (`mod.rs`) the edge holds: their
-    /// [`Anchor`]s follow the edge in the node's allocation, and are in the layout's
-    /// checkpoint index while the node is linked.
+    /// [`Anchor`]s follow the edge's room in the node's allocation, and are in the layout's
+    /// checkpoint index while the node is linked. With [`GROWS`] set (and no anchors), the
+    /// allocation has room for [`APPEND_ROOM`] blocks or the edge's, if more ([`Node::cap`]):
+    /// a bit here, not a field, keeps the node at 112 bytes.
     anchors: u32,
     /// Writers' lock over the node; what it guards is whether the node is unlinked.
     unlinked: Mutex<bool>,
@@ -249,10 +266,10 @@ struct Prebuilt(*const Node);
 
 impl Prebuilt {
     /// A node whose edge is `edge` and whose worker is `slot`, holding all of it, with room
-    /// for an edge of `cap` blocks (at least the edge's).
+    /// to grow when it `grows` ([`Node::create`]).
     fn new(
         edge: &[LocalHash],
-        cap: usize,
+        grows: bool,
         key: ChildKey,
         parent: &Node,
         slot: Slot,
@@ -261,7 +278,7 @@ impl Prebuilt {
         let held = edge.len() as u32;
         Self(Node::create(
             edge,
-            cap,
+            grows,
             key,
             parent,
             Cover::one(slot, held),
@@ -322,7 +339,6 @@ impl Node {
         Self {
             edge: std::ptr::NonNull::dangling().as_ptr(),
             len: AtomicU32::new(0),
-            cap: 0,
             key: ChildKey {
                 at: 0,
                 local: LocalHash(0),
@@ -348,23 +364,27 @@ impl Node {
         (layout.pad_to_align(), at, anchors_at - at)
     }
 
-    /// Allocates a node with its edge after it (with room for `cap` blocks, at least the
-    /// edge's), `cover` in place, and an [`Anchor`] after the room for each of `anchors` (the
-    /// offset of a checkpoint in the edge, and its key); free it with [`destroy`](Self::destroy).
+    /// Allocates a node with its edge after it (with room for [`APPEND_ROOM`] blocks when it
+    /// `grows`, or the edge's if more), `cover` in place, and an [`Anchor`] after the room for
+    /// each of `anchors` (the offset of a checkpoint in the edge, and its key); free it with
+    /// [`destroy`](Self::destroy).
     fn create(
         edge: &[LocalHash],
-        cap: usize,
+        grows: bool,
         key: ChildKey,
         parent: *const Node,
         cover: Cover,
         anchors: impl ExactSizeIterator<Item = (u32, Key)>,
     ) -> *const Node {
         let count = anchors.len();
-        let cap = cap.max(edge.len());
-        debug_assert!(
-            count == 0 || cap == edge.len(),
-            "an anchored edge never grows"
+        assert!(
+            count < GROWS as usize,
+            "fewer anchors than the flag's bit counts"
         );
+        assert!(!grows || count == 0, "an anchored edge never grows");
+        let len = u32::try_from(edge.len()).expect("an edge's positions are u32s");
+        let flags = if grows { GROWS } else { 0 };
+        let cap = room(flags, len) as usize;
         let (layout, at, anchors_at) = Self::layout(cap, count);
         // SAFETY: the layout has a nonzero size (it holds a node).
         let base = unsafe { alloc::alloc(layout) };
@@ -394,14 +414,13 @@ impl Node {
             assert_eq!(written, count, "the anchors' iterator yields its length");
             node.write(Self {
                 edge: blocks,
-                len: AtomicU32::new(edge.len() as u32),
-                cap: cap as u32,
+                len: AtomicU32::new(len),
                 key,
                 parent,
                 cover: Atomic::null(),
                 first: Some(cover),
                 children: Atomic::null(),
-                anchors: count as u32,
+                anchors: count as u32 | flags,
                 unlinked: Mutex::new(false),
             });
             let first = std::ptr::addr_of!((*node).first).cast::<Cover>();
@@ -418,7 +437,7 @@ impl Node {
     unsafe fn destroy(node: *const Node) {
         // SAFETY: made by `create` with this room, reachable by nobody (the caller).
         unsafe {
-            let (layout, ..) = Self::layout((*node).cap as usize, (*node).anchors as usize);
+            let (layout, ..) = Self::layout((*node).cap() as usize, (*node).anchor_count());
             std::ptr::drop_in_place(node.cast_mut());
             alloc::dealloc(node.cast_mut().cast(), layout);
         }
@@ -431,17 +450,30 @@ impl Node {
             .map_or(std::ptr::null(), std::ptr::from_ref)
     }
 
+    /// Blocks the allocation has room for: `create`'s room for the edge it was made with. An
+    /// edge grows only while it is shorter than that room, and `room` of any length from the
+    /// first to the room's is the room (the room is the larger of the first length and
+    /// [`APPEND_ROOM`]), so the length now gives it.
+    fn cap(&self) -> u32 {
+        room(self.anchors & GROWS, self.len.load(Relaxed))
+    }
+
+    fn anchor_count(&self) -> usize {
+        (self.anchors & !GROWS) as usize
+    }
+
     /// The checkpoints the edge holds, under which the node is indexed while linked.
     pub(super) fn anchors(&self) -> &[Anchor] {
-        if self.anchors == 0 {
+        let count = self.anchor_count();
+        if count == 0 {
             return &[];
         }
-        let (_, _, anchors_at) = Self::layout(self.cap as usize, self.anchors as usize);
+        let (_, _, anchors_at) = Self::layout(self.cap() as usize, count);
         // SAFETY: `create` wrote `anchors` anchors `anchors_at` bytes past the edge's start,
         // in the allocation `edge` was made from; never written after, freed with the node.
         unsafe {
             let first = self.edge.cast::<u8>().add(anchors_at).cast::<Anchor>();
-            std::slice::from_raw_parts(first, self.anchors as usize)
+            std::slice::from_raw_parts(first, count)
         }
     }
 
@@ -478,19 +510,19 @@ impl Node {
             return 0;
         };
         // A full edge (the root's, and every edge made with no room) stays full: no lock taken.
-        if self.len.load(Relaxed) == self.cap {
+        if self.len.load(Relaxed) == self.cap() {
             return 0;
         }
         let state = lock(&self.unlinked);
         debug_assert!(!*state, "a node with a worker is linked (I1)");
         let len = self.len_locked();
-        let n = (self.cap - len).min(u32::try_from(locals.len()).unwrap_or(u32::MAX));
+        let n = (self.cap() - len).min(u32::try_from(locals.len()).unwrap_or(u32::MAX));
         let alone = matches!(self.cover(guard), Some(c) if c.only(slot) == Some(len));
         let key = ChildKey { at: len, local };
         if n == 0 || !alone || self.child(key, guard).is_some() {
             return 0;
         }
-        // SAFETY: `len + n <= cap`, so the room is inside the allocation `edge` was made from;
+        // SAFETY: `len + n <= cap()`, so the room is inside the allocation `edge` was made from;
         // no reader reads past `len`, which is raised below, after the writes; the lock keeps
         // other writers out.
         unsafe {
@@ -656,7 +688,7 @@ impl Node {
         slot: Slot,
         follow: impl FnOnce(&[LocalHash]) -> u32,
         edge: &[LocalHash],
-        cap: usize,
+        grows: bool,
         anchors: impl FnOnce() -> A,
         index: impl FnOnce(&'g Node),
         guard: &'g Guard,
@@ -668,7 +700,7 @@ impl Node {
         let mut anchors = Some(anchors);
         let mut build = || {
             let anchors = anchors.take().expect("one node is built at most");
-            Prebuilt::new(edge, cap, key, self, slot, anchors())
+            Prebuilt::new(edge, grows, key, self, slot, anchors())
         };
         let mut prebuilt = match self.child(key, guard) {
             Some(_) => None,
@@ -838,5 +870,15 @@ impl Drop for Node {
                 drop(children.into_owned());
             }
         }
+    }
+}
+
+#[cfg(all(test, not(loom), target_os = "linux", target_pointer_width = "64"))]
+mod tests {
+    /// Every edge pays for a node: a field more is 8 bytes more on every edge of every index
+    /// (the node's room bit lives in `anchors` for that reason).
+    #[test]
+    fn a_node_takes_112_bytes() {
+        assert_eq!(std::mem::size_of::<super::Node>(), 112);
     }
 }
