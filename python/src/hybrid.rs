@@ -1,7 +1,7 @@
 //! `HybridIndex`: a model of several KV-cache groups (sliding window, chunked local attention,
 //! Mamba beside full attention) over any layout, scored by vLLM's reuse rules.
 
-use crate::convert::{event_error, scores};
+use crate::convert::{event_error, scores, tally};
 use crate::index::make_layout;
 use flash_indexer::hybrid::{GroupKind, GroupSpec, HybridIndex as _, HybridIndexer, ModelGroups};
 use flash_indexer::ingest::{EventMapper, MapConfig};
@@ -159,10 +159,8 @@ impl HybridIndex {
             let mapper = EventMapper::new(worker_id, MapConfig::default());
             let mapped = mapper.map_groups(batch, 0, index.model());
             // One batch: the index publishes each worker's changes of it once.
-            let errors = index.apply_batch(&mapped.events);
-            let refused = errors.iter().filter(|(_, e)| !e.is_warning()).count();
-            let applied = mapped.events.len() - refused;
-            (applied, refused + mapped.rejected.len(), mapped.filtered)
+            let (applied, rejected) = tally(index.apply_batch(&mapped.events).into_iter());
+            (applied, rejected + mapped.rejected.len(), mapped.filtered)
         })
     }
 

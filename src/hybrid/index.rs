@@ -320,8 +320,8 @@ impl<I: KvIndex> HybridIndex for HybridIndexer<I> {
         result
     }
 
-    fn apply_batch(&self, events: &[(u32, Event)]) -> Vec<(usize, EventError)> {
-        let mut errors = Vec::new();
+    fn apply_batch(&self, events: &[(u32, Event)]) -> Vec<Result<(), EventError>> {
+        let mut results = Vec::with_capacity(events.len());
         let mut at = 0;
         while at < events.len() {
             // A worker's consecutive events under one lock, published once.
@@ -331,21 +331,20 @@ impl<I: KvIndex> HybridIndex for HybridIndexer<I> {
                     .take_while(|(_, event)| event.worker == worker)
                     .count();
             let mut shard = self.model.is_hybrid().then(|| self.shard(worker.id));
-            for (offset, (group, event)) in events[at..end].iter().enumerate() {
-                let result = check_group(&self.model, *group).and_then(|()| match &mut shard {
-                    Some(shard) => self.apply_unpublished(shard, *group, event),
-                    None => self.chain.apply(event),
-                });
-                if let Err(e) = result {
-                    errors.push((at + offset, e));
-                }
+            for (group, event) in &events[at..end] {
+                results.push(
+                    check_group(&self.model, *group).and_then(|()| match &mut shard {
+                        Some(shard) => self.apply_unpublished(shard, *group, event),
+                        None => self.chain.apply(event),
+                    }),
+                );
             }
             if let Some(shard) = &mut shard {
                 self.publish(shard, worker);
             }
             at = end;
         }
-        errors
+        results
     }
 
     fn find_matches(&self, query: &[LocalHash]) -> OverlapScores {

@@ -70,14 +70,14 @@ pub trait HybridIndex: Send + Sync {
     fn apply(&self, group: u32, event: &Event) -> Result<(), EventError>;
 
     /// Applies `events`, each with its group, in order, with the same effect as
-    /// [`apply`](Self::apply) on each (an engine's batch, say); returns each event's error with
-    /// its place in `events`. An index may publish a worker's consecutive events together, so
+    /// [`apply`](Self::apply) on each (an engine's batch, say); returns each event's result, in
+    /// order. An index may publish a worker's consecutive events together, so
     /// that changes a later event of the batch takes back (a sliding window's stores, then its
     /// removals of the blocks that left the window) are never published. A query racing a batch
     /// may see some of it and not the rest.
-    fn apply_batch(&self, events: &[(u32, Event)]) -> Vec<(usize, EventError)> {
-        (events.iter().enumerate())
-            .filter_map(|(at, (group, event))| self.apply(*group, event).err().map(|e| (at, e)))
+    fn apply_batch(&self, events: &[(u32, Event)]) -> Vec<Result<(), EventError>> {
+        (events.iter())
+            .map(|(group, event)| self.apply(*group, event))
             .collect()
     }
 

@@ -126,12 +126,12 @@ impl<H: crate::hybrid::HybridIndex + ?Sized + 'static> Sink for Hybrid<H> {
         &self,
         items: Vec<(u32, Event)>,
     ) -> Result<Vec<Offer<(u32, Event)>>, Vec<(u32, Event)>> {
-        let mut verdicts: Vec<Offer<(u32, Event)>> = items.iter().map(|_| Offer::Taken).collect();
-        for (at, error) in self.0.apply_batch(&items) {
-            let (group, event) = &items[at];
-            verdicts[at] = verdict(*group, event, error);
-        }
-        Ok(verdicts)
+        let results = self.0.apply_batch(&items).into_iter().zip(&items);
+        let verdicts = results.map(|(result, (group, event))| match result {
+            Ok(()) => Offer::Taken,
+            Err(error) => verdict(*group, event, error),
+        });
+        Ok(verdicts.collect())
     }
 
     fn remove_worker(&self, id: u64) {

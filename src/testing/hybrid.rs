@@ -328,11 +328,7 @@ fn check_batch(
 /// returned, as text, and then the block counts of the workers they touched.
 fn run_batch(index: &dyn HybridIndex, events: &[(u32, Event)], batch: bool) -> String {
     let results: Vec<Result<(), EventError>> = if batch {
-        let mut results: Vec<Result<(), EventError>> = events.iter().map(|_| Ok(())).collect();
-        for (at, error) in index.apply_batch(events) {
-            results[at] = Err(error);
-        }
-        results
+        index.apply_batch(events)
     } else {
         (events.iter())
             .map(|(group, event)| index.apply(*group, event))

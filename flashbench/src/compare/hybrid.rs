@@ -164,8 +164,8 @@ struct Replayed {
 }
 
 /// Replays `steps` into `index`. Events are applied on a writer thread, a batch at a time, as a
-/// router's event loop applies them, and each query runs on the calling thread once every event before it is
-/// in (the writer waits for the answer), so the answers are the reference's and the query's
+/// router's event loop applies them, and each query runs on the calling thread once every event
+/// before it is in (the writer waits for the answer), so the answers are the reference's and the query's
 /// caches hold what a query thread's would. `pace` may hold a query back longer. Queries go to
 /// `ask` (the index's own `find_matches`, or the control's walk alone).
 fn replay(
