@@ -216,6 +216,42 @@ fn a_clear_of_any_group_clears_the_worker_and_unknown_groups_are_refused() {
 }
 
 #[test]
+fn a_query_scores_every_worker_however_many_distinct_depths_it_meets() {
+    // A window of 2 blocks. Worker i of n holds blocks 0..=i in both groups, and the odd ones
+    // have lost their last window block: n distinct depths, a few, then more than a query sorts
+    // on its stack (64).
+    let m = model(&[
+        GroupKind::FullAttention,
+        GroupKind::SlidingWindow { window: 32 },
+    ]);
+    let worker = |i: u64| Worker::new(100 + i, 0);
+    for n in [5, 70] {
+        let (locals, blocks) = chain(n);
+        for (name, index) in subjects(&m) {
+            for i in 0..n {
+                let (w, held) = (worker(i), blocks[..=i as usize].to_vec());
+                index
+                    .apply(0, &Event::stored(w, 0, None, held.clone()))
+                    .unwrap();
+                index.apply(1, &Event::stored(w, 1, None, held)).unwrap();
+                if i % 2 == 1 {
+                    index
+                        .apply(1, &Event::removed(w, 2, seqs(i..i + 1)))
+                        .unwrap();
+                }
+            }
+            let scores = index.find_matches(&locals);
+            for i in 0..n {
+                // Its depth, or, without its last window block, one block short (the window
+                // before that, blocks i - 2 and i - 1, or block 0, it holds).
+                let expected = Some(i as u32 + 1 - (i % 2) as u32);
+                assert_eq!(scores.get(worker(i)), expected, "{name}, worker {i} of {n}");
+            }
+        }
+    }
+}
+
+#[test]
 fn committed_fuzz_corpus_agrees_with_the_reference() {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus/hybrid");
     let mut files: Vec<_> = std::fs::read_dir(&dir)

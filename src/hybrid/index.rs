@@ -353,6 +353,12 @@ impl<I: KvIndex> HybridIndex for HybridIndexer<I> {
             return scores;
         }
         let members = self.members.pin();
+        if let Some(spec) = self.runs.simple()
+            && scores.len() <= KNOWN_DEPTHS
+        {
+            refine_by_depth(&self.canon, &members, spec, query, &mut scores);
+            return scores;
+        }
         let deepest = scores.iter().map(|(_, d)| d as usize).max().unwrap_or(0);
         let mut view = QueryView {
             paths: Paths::new(&self.canon, &query[..deepest.min(query.len())]),
@@ -362,8 +368,8 @@ impl<I: KvIndex> HybridIndex for HybridIndexer<I> {
             looked: Vec::new(),
         };
         if let Some(spec) = self.runs.simple() {
-            // Full attention and one run spec: a worker's hit is the run rule's answer at its
-            // full-attention depth, one lookup per distinct depth.
+            // As `refine_by_depth` does, for more workers than it keeps on the stack: one lookup
+            // per run of workers of one depth.
             let mut last: Option<(u32, Option<&Holders>)> = None;
             scores.refine(|worker, depth| {
                 let holders = match last {
@@ -498,6 +504,58 @@ impl<'a> Paths<'a> {
         }
         Some(key)
     }
+}
+
+/// The most workers whose depths [`refine_by_depth`] sorts on the stack.
+const KNOWN_DEPTHS: usize = 64;
+
+/// A model of full attention and one run spec `spec`: each worker's hit is the run rule's
+/// answer at its full-attention depth. Each distinct depth is looked up once, shallowest first,
+/// its path rolled on from the one before, so the query's blocks are rolled once in all.
+/// `scores` has at most [`KNOWN_DEPTHS`] workers.
+fn refine_by_depth(
+    canon: &Canon,
+    members: &MapRef<'_>,
+    spec: usize,
+    query: &[LocalHash],
+    scores: &mut OverlapScores,
+) {
+    let mut depths = [0u32; KNOWN_DEPTHS];
+    for (depth, (_, d)) in depths.iter_mut().zip(scores.iter()) {
+        *depth = d;
+    }
+    let depths = distinct(&mut depths[..scores.len()]);
+    let mut answers = [None; KNOWN_DEPTHS];
+    let mut path: Option<Key> = None;
+    for (answer, &depth) in answers.iter_mut().zip(depths) {
+        let (from, last) = (path.map_or(0, |p| p.pos as usize + 1), depth as usize - 1);
+        let key = Key {
+            pos: last as u32,
+            canon: canon.extend(canon.parent_of(path), &query[from..=last]),
+        };
+        path = Some(key);
+        let group = ANSWER | spec as u32;
+        *answer = members.get(&PathKey { group, path: key });
+    }
+    scores.refine(|worker, depth| {
+        let at = depths
+            .binary_search(&depth)
+            .expect("every depth was looked up");
+        number_of(answers[at], worker).unwrap_or(0)
+    });
+}
+
+/// `depths` sorted, each once.
+fn distinct(depths: &mut [u32]) -> &[u32] {
+    depths.sort_unstable();
+    let mut kept = 0;
+    for at in 0..depths.len() {
+        if kept == 0 || depths[at] != depths[kept - 1] {
+            depths[kept] = depths[at];
+            kept += 1;
+        }
+    }
+    &depths[..kept]
 }
 
 /// One query's reads of the map, each key looked up once whatever the number of workers.
