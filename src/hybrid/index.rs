@@ -353,9 +353,7 @@ impl<I: KvIndex> HybridIndex for HybridIndexer<I> {
             return scores;
         }
         let members = self.members.pin();
-        if let Some(spec) = self.runs.simple()
-            && scores.len() <= KNOWN_DEPTHS
-        {
+        if let Some(spec) = self.runs.simple() {
             refine_by_depth(&self.canon, &members, spec, query, &mut scores);
             return scores;
         }
@@ -367,23 +365,6 @@ impl<I: KvIndex> HybridIndex for HybridIndexer<I> {
             members: &members,
             looked: Vec::new(),
         };
-        if let Some(spec) = self.runs.simple() {
-            // As `refine_by_depth` does, for more workers than it keeps on the stack: one lookup
-            // per run of workers of one depth.
-            let mut last: Option<(u32, Option<&Holders>)> = None;
-            scores.refine(|worker, depth| {
-                let holders = match last {
-                    Some((d, holders)) if d == depth => holders,
-                    _ => {
-                        let holders = view.answers_at(spec, depth as usize);
-                        last = Some((depth, holders));
-                        holders
-                    }
-                };
-                number_of(holders, worker).unwrap_or(0)
-            });
-            return scores;
-        }
         scores.refine(|worker, depth| {
             let mut holdings = WorkerView {
                 view: &mut view,
@@ -506,13 +487,12 @@ impl<'a> Paths<'a> {
     }
 }
 
-/// The most workers whose depths [`refine_by_depth`] sorts on the stack.
+/// The most workers whose depths [`refine_by_depth`] keeps on the stack (more take the heap).
 const KNOWN_DEPTHS: usize = 64;
 
 /// A model of full attention and one run spec `spec`: each worker's hit is the run rule's
 /// answer at its full-attention depth. Each distinct depth is looked up once, shallowest first,
 /// its path rolled on from the one before, so the query's blocks are rolled once in all.
-/// `scores` has at most [`KNOWN_DEPTHS`] workers.
 fn refine_by_depth(
     canon: &Canon,
     members: &MapRef<'_>,
@@ -520,12 +500,20 @@ fn refine_by_depth(
     query: &[LocalHash],
     scores: &mut OverlapScores,
 ) {
-    let mut depths = [0u32; KNOWN_DEPTHS];
+    let n = scores.len();
+    let (mut few_depths, mut few_answers) = ([0u32; KNOWN_DEPTHS], [None; KNOWN_DEPTHS]);
+    let (mut many_depths, mut many_answers) = (Vec::new(), Vec::new());
+    let (depths, answers): (&mut [u32], &mut [Option<&Holders>]) = if n <= KNOWN_DEPTHS {
+        (&mut few_depths[..n], &mut few_answers[..n])
+    } else {
+        many_depths.resize(n, 0);
+        many_answers.resize(n, None);
+        (&mut many_depths, &mut many_answers)
+    };
     for (depth, (_, d)) in depths.iter_mut().zip(scores.iter()) {
         *depth = d;
     }
-    let depths = distinct(&mut depths[..scores.len()]);
-    let mut answers = [None; KNOWN_DEPTHS];
+    let depths = distinct(depths);
     let mut path: Option<Key> = None;
     for (answer, &depth) in answers.iter_mut().zip(depths) {
         let (from, last) = (path.map_or(0, |p| p.pos as usize + 1), depth as usize - 1);
