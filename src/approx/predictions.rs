@@ -42,16 +42,38 @@ use std::collections::{BinaryHeap, HashMap, HashSet, VecDeque};
 const ROOT: u32 = 0;
 
 /// The latest decision that went through a node.
+///
+/// Its time is kept as seconds and nanoseconds side by side rather than as a [`Duration`], whose
+/// padding would take [`Node`] past one cache line.
 #[derive(Clone, Copy, Debug)]
 struct Touch {
     /// Its first tick (its chain's last block has it).
     base: u64,
+    secs: u64,
     /// Its chain's length in blocks.
     len: u32,
-    at: Duration,
+    nanos: u32,
 }
 
+impl Touch {
+    fn new(base: u64, len: u32, at: Duration) -> Self {
+        Touch {
+            base,
+            secs: at.as_secs(),
+            len,
+            nanos: at.subsec_nanos(),
+        }
+    }
+
+    /// The decision's time.
+    fn at(&self) -> Duration {
+        Duration::new(self.secs, self.nanos)
+    }
+}
+
+/// One line of cache each: a decision reads and writes a node's fields together.
 #[derive(Debug)]
+#[repr(align(64))]
 struct Node {
     parent: u32,
     /// Position of the first block.
@@ -71,6 +93,8 @@ struct Node {
     /// Tells a reused slot from the node an old heap entry named.
     serial: u64,
 }
+
+const _: () = assert!(size_of::<Node>() == 64);
 
 impl Node {
     /// The tick of the node's last block.
@@ -113,11 +137,7 @@ impl Trie {
             fleet: FLEET_ROOT,
             kids: 0,
             first: LocalHash(0),
-            latest: Touch {
-                base: 0,
-                len: 0,
-                at: Duration::ZERO,
-            },
+            latest: Touch::new(0, 0, Duration::ZERO),
             pins: 0,
             serial: *serial,
         });
@@ -439,7 +459,7 @@ impl Predictions {
         };
         let mut dropped = false;
         let now = self.now;
-        let expired = |t: &Touch| t.at.saturating_add(ttl) <= now;
+        let expired = |t: &Touch| t.at().saturating_add(ttl) <= now;
         while let Some(&(at, base, worker)) = self.expiry.front() {
             if at.saturating_add(ttl) > now {
                 break;
@@ -542,11 +562,7 @@ impl Predictions {
             return routed;
         }
         let n = locals.len();
-        let touch = Touch {
-            base: self.tick,
-            len: n as u32,
-            at: self.now,
-        };
+        let touch = Touch::new(self.tick, n as u32, self.now);
         self.tick += n as u64;
         let capacity = self.retention.capacity_blocks();
         let expires = self.ttl.is_some();
@@ -615,7 +631,7 @@ impl Predictions {
             }
             trie.end_decision(at, touch);
             if self.ttl.is_some() {
-                self.expiry.push_back((touch.at, touch.base, worker));
+                self.expiry.push_back((touch.at(), touch.base, worker));
             }
         }
         self.owned = self.owned + trie.owners.len() - owned_before;
@@ -652,11 +668,7 @@ impl Predictions {
             return Ok(());
         };
         shrink(&mut trie.running);
-        let touch = Touch {
-            base: self.tick,
-            len: run.len,
-            at: self.now,
-        };
+        let touch = Touch::new(self.tick, run.len, self.now);
         self.tick += u64::from(run.len);
         let owned_before = trie.owners.len();
         let mut node = run.end;
@@ -668,7 +680,7 @@ impl Predictions {
         trie.end_decision(run.end, touch);
         self.owned = self.owned + trie.owners.len() - owned_before;
         if self.ttl.is_some() {
-            self.expiry.push_back((touch.at, touch.base, worker));
+            self.expiry.push_back((touch.at(), touch.base, worker));
         }
         self.compact_expiry();
         self.drop_if_empty(worker);
