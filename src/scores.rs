@@ -62,6 +62,16 @@ impl OverlapScores {
         }
     }
 
+    /// Empties the scores for reuse, keeping their room unless they had far more than they
+    /// held (see [`crate::room::shrunk`]).
+    #[cfg(feature = "approximate")]
+    pub(crate) fn recycle(&mut self) {
+        if let Some(to) = crate::room::shrunk(self.entries.len(), self.entries.capacity()) {
+            self.entries.shrink_to(to);
+        }
+        self.entries.clear();
+    }
+
     /// Replaces each worker's depth with `f(worker, depth)`, dropping the workers it maps to 0.
     /// Keeps the allocation: an index that refines another's scores answers without a new one.
     #[cfg(feature = "hybrid")]

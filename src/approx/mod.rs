@@ -181,7 +181,7 @@ impl<I: KvIndex> ApproximateIndexer<I> {
     ) -> (Worker, Routed) {
         let mut predictions = write(&self.predictions);
         let mut scores = if read(&self.exact).is_empty() {
-            OverlapScores::new()
+            core::mem::take(&mut predictions.scores)
         } else {
             self.index.find_matches(query)
         };
@@ -193,6 +193,8 @@ impl<I: KvIndex> ApproximateIndexer<I> {
             .find(|&(w, _)| w == worker)
             .map_or(0, |(_, depth)| depth as usize);
         let routed = predictions.route(worker, query, now, Some(held));
+        scores.recycle();
+        predictions.scores = scores;
         (worker, routed)
     }
 

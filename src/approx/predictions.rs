@@ -31,6 +31,7 @@ use super::fleet::{FLEET_ROOT, Fleet};
 use super::retention::Retention;
 use super::routed::{ForeignRouted, Routed, index_tag};
 use crate::hash;
+use crate::scores::OverlapScores;
 use crate::slab::Slab;
 use crate::types::{Block, Event, LocalHash, SeqHash, Worker};
 use core::time::Duration;
@@ -383,6 +384,9 @@ pub(crate) struct Predictions {
     expiry: VecDeque<Due>,
     /// Owned decisions over every worker: what bounds the stale entries of `expiry`.
     owned: usize,
+    /// The scores of the last [`route`](super::ApproximateIndexer::route), emptied: the next
+    /// one fills them without an allocation.
+    pub(super) scores: OverlapScores,
 }
 
 impl Predictions {
@@ -401,6 +405,7 @@ impl Predictions {
             ranks: HashMap::default(),
             expiry: VecDeque::new(),
             owned: 0,
+            scores: OverlapScores::new(),
         }
     }
 
