@@ -45,6 +45,7 @@ mod index;
 mod model;
 mod naive;
 mod rules;
+mod slots_by_key;
 mod table;
 
 pub use index::HybridIndexer;

@@ -16,15 +16,16 @@
 //!
 //! Blocks and paths live in two slabs linked by slot, children in intrusive sibling lists, and
 //! the per-path counters in flat arrays: following a link is an index, not a hash lookup, and a
-//! block costs no allocation of its own (paper §6.21).
+//! block costs no allocation of its own. The two tables that find a slot by its key keep slots
+//! only, four bytes each (paper §6.21).
 
 use super::model::ModelGroups;
+use super::slots_by_key::SlotsByKey;
 use crate::index_core::canon::{Canon, Key};
 use crate::slab::Slab;
 use crate::types::{Block, LocalHash, SeqHash};
-use foldhash::fast::RandomState;
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::BinaryHeap;
 
 /// What a table publishes of its worker's events since the last publish.
 #[derive(Debug, Default)]
@@ -234,9 +235,11 @@ impl Linked for Entry {
 /// One worker's table.
 #[derive(Debug, Default)]
 pub(super) struct Table {
-    slot_of: HashMap<SeqHash, u32, RandomState>,
+    /// Block slots by sequence hash.
+    slot_of: SlotsByKey,
     blocks: Slab<Entry>,
-    path_of: HashMap<Key, u32, RandomState>,
+    /// Path slots by path.
+    path_of: SlotsByKey,
     paths: Slab<PathNode>,
     /// Per path slot, per group: how many of the path's blocks the group holds.
     held: Vec<u32>,
@@ -267,9 +270,15 @@ impl Table {
         self.slot_of.is_empty()
     }
 
+    /// `seq`'s slot, if it has one.
+    fn find_slot(&self, seq: SeqHash) -> Option<u32> {
+        let blocks = &self.blocks;
+        self.slot_of.find(&seq, |at| blocks[at].seq)
+    }
+
     /// `seq`'s slot, made empty if it has none.
     fn slot(&mut self, seq: SeqHash) -> u32 {
-        if let Some(&at) = self.slot_of.get(&seq) {
+        if let Some(at) = self.find_slot(seq) {
             return at;
         }
         let at = self.blocks.insert(Entry {
@@ -280,7 +289,8 @@ impl Table {
             groups: 0,
             kids: Links::default(),
         });
-        self.slot_of.insert(seq, at);
+        let blocks = &self.blocks;
+        self.slot_of.insert(&seq, at, |at| blocks[at].seq);
         at
     }
 
@@ -331,7 +341,7 @@ impl Table {
         seq: SeqHash,
         out: &mut Changes,
     ) -> bool {
-        let Some(&at) = self.slot_of.get(&seq) else {
+        let Some(at) = self.find_slot(seq) else {
             return false;
         };
         if self.blocks[at].link.take().is_none() {
@@ -372,7 +382,7 @@ impl Table {
         out: &mut Changes,
     ) -> bool {
         let bit = 1 << group;
-        let Some(&at) = self.slot_of.get(&seq) else {
+        let Some(at) = self.find_slot(seq) else {
             return false;
         };
         let entry = &mut self.blocks[at];
@@ -392,10 +402,8 @@ impl Table {
     /// (spec, path) with an answer, as changes that take them back: what goes when the worker
     /// goes.
     pub(super) fn retraction(&self, runs: &Runs) -> Changes {
-        let held = self
-            .slot_of
-            .values()
-            .map(|&at| &self.blocks[at])
+        let held = (self.slot_of.slots())
+            .map(|at| &self.blocks[at])
             .filter(|entry| entry.path != NONE)
             .flat_map(|entry| {
                 let path = self.paths[entry.path].key;
@@ -403,10 +411,9 @@ impl Table {
             })
             .collect();
         let specs = runs.specs.len();
-        let answers = self
-            .path_of
-            .iter()
-            .flat_map(|(&path, &at)| {
+        let answers = (self.path_of.slots())
+            .flat_map(|at| {
+                let path = self.paths[at].key;
                 let node_runs = &self.runs[at as usize * specs..][..specs];
                 runs.specs
                     .iter()
@@ -421,7 +428,7 @@ impl Table {
     /// The blocks each group but the chain group holds, by group (groups holding none left out).
     pub(super) fn others(&self) -> Vec<(u32, Vec<SeqHash>)> {
         let mut by_group: Vec<(u32, Vec<SeqHash>)> = Vec::new();
-        for &at in self.slot_of.values() {
+        for at in self.slot_of.slots() {
             let entry = &self.blocks[at];
             for group in groups_in(entry.groups) {
                 match by_group.iter_mut().find(|(g, _)| *g == group) {
@@ -436,8 +443,8 @@ impl Table {
     /// How many blocks `group` (not the chain group) holds.
     pub(super) fn count_other(&self, group: u32) -> usize {
         let bit = 1 << group;
-        (self.slot_of.values())
-            .filter(|&&at| self.blocks[at].groups & bit != 0)
+        (self.slot_of.slots())
+            .filter(|&at| self.blocks[at].groups & bit != 0)
             .count()
     }
 
@@ -445,7 +452,7 @@ impl Table {
     fn drop_if_unused(&mut self, at: u32) {
         let entry = &self.blocks[at];
         if entry.link.is_none() && entry.groups == 0 && entry.kids.first == NONE {
-            self.slot_of.remove(&entry.seq);
+            self.slot_of.remove(&entry.seq, at);
             self.blocks.free(at);
         }
     }
@@ -471,7 +478,8 @@ impl Table {
 
     /// One more block ends `path`, whose parent path has slot `parent`; returns its slot.
     fn attach(&mut self, runs: &Runs, path: Key, parent: u32) -> u32 {
-        if let Some(&at) = self.path_of.get(&path) {
+        let paths = &self.paths;
+        if let Some(at) = self.path_of.find(&path, |at| paths[at].key) {
             self.paths[at].refs += 1;
             return at;
         }
@@ -483,7 +491,8 @@ impl Table {
             live: true,
             dirty: false,
         });
-        self.path_of.insert(path, at);
+        let paths = &self.paths;
+        self.path_of.insert(&path, at, |at| paths[at].key);
         let (groups, specs) = (runs.groups, runs.specs.len());
         let end = (at as usize + 1) * groups;
         if self.held.len() < end {
@@ -522,7 +531,7 @@ impl Table {
                     out.answers.push((spec.spec, key, 0));
                 }
             }
-            self.path_of.remove(&key);
+            self.path_of.remove(&key, at);
             self.paths[at].live = false;
             self.paths[at].dirty = false;
             self.paths.free(at);
