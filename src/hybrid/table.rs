@@ -24,8 +24,6 @@ use super::slots_by_key::SlotsByKey;
 use crate::index_core::canon::{Canon, Key};
 use crate::slab::Slab;
 use crate::types::{Block, LocalHash, SeqHash};
-use std::cmp::Reverse;
-use std::collections::BinaryHeap;
 
 /// What a table publishes of its worker's events since the last publish.
 #[derive(Debug, Default)]
@@ -246,8 +244,12 @@ pub(super) struct Table {
     /// Per path slot, per run spec: the run of blocks every member holds ending there (at most
     /// the spec's length), and the rule's answer for a hit ending there.
     runs: Vec<(u32, u32)>,
-    /// Paths whose run state may have changed, shallowest first: (position, slot).
-    dirty: BinaryHeap<Reverse<(u32, u32)>>,
+    /// Paths whose run state may have changed, as (position, slot), in the order they were
+    /// found: no order while events apply; by position while a settle runs (see
+    /// [`settle`](Table::settle)).
+    dirty: Vec<(u32, u32)>,
+    /// The list a settle sorts, kept to reuse its allocation.
+    sorting: Vec<(u32, u32)>,
     /// The blocks a refresh has yet to visit (kept to reuse its allocation).
     stack: Vec<u32>,
 }
@@ -472,7 +474,7 @@ impl Table {
         let node = &mut self.paths[path];
         if !node.dirty {
             node.dirty = true;
-            self.dirty.push(Reverse((node.key.pos, path)));
+            self.dirty.push((node.key.pos, path));
         }
     }
 
@@ -546,11 +548,35 @@ impl Table {
     /// Recomputes the run state of every dirty path, parents before children, and publishes
     /// the answers that changed: once per publish (an event, or a batch of the worker's), after
     /// its blocks, so an answer a batch changes and changes back is never published.
+    ///
+    /// The paths the events dirtied are sorted by position once (stores go down a chain, so
+    /// mostly in order already). The paths the settle itself dirties are children of paths it
+    /// settles shallowest first, so they come in order of position: the settle takes the
+    /// shallower head of the two lists each time, and needs no heap.
     pub(super) fn settle(&mut self, runs: &Runs, out: &mut Changes) {
         let (groups, specs) = (runs.groups, runs.specs.len());
-        while let Some(Reverse((_, at))) = self.dirty.pop() {
+        let mut sorted = core::mem::replace(&mut self.dirty, core::mem::take(&mut self.sorting));
+        sorted.sort_unstable();
+        let (mut next_sorted, mut next_found) = (0, 0);
+        loop {
+            let (pos, at) = match (sorted.get(next_sorted), self.dirty.get(next_found)) {
+                (Some(&s), Some(&f)) if f.0 < s.0 => {
+                    next_found += 1;
+                    f
+                }
+                (Some(&s), _) => {
+                    next_sorted += 1;
+                    s
+                }
+                (None, Some(&f)) => {
+                    next_found += 1;
+                    f
+                }
+                (None, None) => break,
+            };
             let node = &mut self.paths[at];
-            if !node.live || !node.dirty {
+            // A slot freed after it was queued may hold another path now, queued on its own.
+            if !node.live || !node.dirty || node.key.pos != pos {
                 continue;
             }
             node.dirty = false;
@@ -592,7 +618,13 @@ impl Table {
                     kid = self.paths[kid].kids.next;
                 }
             }
+            debug_assert!(self.dirty.get(next_found).is_none_or(|f| f.0 >= pos));
         }
+        self.dirty.clear();
+        sorted.clear();
+        self.dirty.shrink_to(KEPT_CHANGES);
+        sorted.shrink_to(KEPT_CHANGES);
+        self.sorting = sorted;
     }
 
     /// Recomputes block slot `at`'s path from its link and its parent's path, and, where it
