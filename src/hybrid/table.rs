@@ -201,19 +201,14 @@ impl Linked for PathNode {
     }
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Link {
-    local: LocalHash,
-    parent: Option<SeqHash>,
-}
-
 /// A block the worker holds in some group, or whose held children name it.
 #[derive(Debug)]
 struct Entry {
     seq: SeqHash,
-    /// The chain group's link, while the chain group holds the block.
-    link: Option<Link>,
-    /// The slot of the link's parent ([`NONE`] without one).
+    /// The block's local hash, while the chain group holds it.
+    local: Option<LocalHash>,
+    /// While the chain group holds the block, the slot of its parent block ([`NONE`] for a
+    /// first block). A held block keeps its parent's entry, so a slot names one parent.
     parent: u32,
     /// The slot of its path, while the block is reachable in the chain group.
     path: u32,
@@ -223,6 +218,9 @@ struct Entry {
     /// reaches.
     kids: Links,
 }
+
+// Entries are most of a table's bytes: a block's parent is its slot, not a second hash.
+const _: () = assert!(size_of::<Entry>() == 48);
 
 impl Linked for Entry {
     fn links(&mut self) -> &mut Links {
@@ -285,7 +283,7 @@ impl Table {
         }
         let at = self.blocks.insert(Entry {
             seq,
-            link: None,
+            local: None,
             parent: NONE,
             path: NONE,
             groups: 0,
@@ -308,20 +306,16 @@ impl Table {
         if blocks.is_empty() {
             return;
         }
-        let mut parent = parent.map(|p| (p, self.slot(p)));
+        let mut new_parent = parent.map_or(NONE, |p| self.slot(p));
         for block in blocks {
-            let link = Link {
-                local: block.local,
-                parent: parent.map(|(p, _)| p),
-            };
             let at = self.slot(block.seq);
-            let old = self.blocks[at].link.replace(link);
-            if old != Some(link) {
-                let old_parent = self.blocks[at].parent;
+            let entry = &mut self.blocks[at];
+            let old_local = entry.local.replace(block.local);
+            let old_parent = entry.parent;
+            if old_local != Some(block.local) || old_parent != new_parent {
                 if old_parent != NONE {
                     unlink_kid(&mut self.blocks, old_parent, at);
                 }
-                let new_parent = parent.map_or(NONE, |(_, slot)| slot);
                 if new_parent != NONE {
                     link_kid(&mut self.blocks, new_parent, at);
                 }
@@ -331,7 +325,7 @@ impl Table {
                     self.drop_if_unused(old_parent);
                 }
             }
-            parent = Some((block.seq, at));
+            new_parent = at;
         }
     }
 
@@ -346,7 +340,7 @@ impl Table {
         let Some(at) = self.find_slot(seq) else {
             return false;
         };
-        if self.blocks[at].link.take().is_none() {
+        if self.blocks[at].local.take().is_none() {
             return false;
         }
         let parent = core::mem::replace(&mut self.blocks[at].parent, NONE);
@@ -453,7 +447,7 @@ impl Table {
     /// Frees `at` when no group holds it and no held block names it.
     fn drop_if_unused(&mut self, at: u32) {
         let entry = &self.blocks[at];
-        if entry.link.is_none() && entry.groups == 0 && entry.kids.first == NONE {
+        if entry.local.is_none() && entry.groups == 0 && entry.kids.first == NONE {
             self.slot_of.remove(&entry.seq, at);
             self.blocks.free(at);
         }
@@ -636,15 +630,15 @@ impl Table {
         while let Some(at) = stack.pop() {
             let entry = &self.blocks[at];
             // The new path, and its parent path's slot.
-            let placed = entry.link.and_then(|link| match link.parent {
-                None => Some((next_path(canon, None, link.local)?, NONE)),
-                Some(_) => {
-                    let parent = self.blocks[entry.parent].path;
+            let placed = entry.local.and_then(|local| match entry.parent {
+                NONE => Some((next_path(canon, None, local)?, NONE)),
+                parent => {
+                    let parent = self.blocks[parent].path;
                     if parent == NONE {
                         return None;
                     }
                     let key = self.paths[parent].key;
-                    Some((next_path(canon, Some(key), link.local)?, parent))
+                    Some((next_path(canon, Some(key), local)?, parent))
                 }
             });
             let old = entry.path;
