@@ -21,6 +21,7 @@ use crate::trace::Request;
 use flash_indexer::hybrid::{
     GroupKind, GroupSpec, HybridIndex, HybridIndexer, ModelGroups, NaiveHybridIndexer,
 };
+use flash_indexer::testing::{CountingAlloc, collect_garbage};
 use flash_indexer::{Event, EventKind, KvIndex, LocalHash, OverlapScores, SeqHash, Worker};
 use hdrhistogram::Histogram;
 use std::collections::{HashMap, HashSet};
@@ -292,6 +293,8 @@ pub fn run(
     let mut cells: Vec<[Vec<(f64, f64)>; SUBJECTS]> =
         layouts.iter().map(|_| Default::default()).collect();
     let mut idles: Vec<[Vec<f64>; SUBJECTS]> = layouts.iter().map(|_| Default::default()).collect();
+    // Per layout and subject, the index's live MiB after each round's replay.
+    let mut mib: Vec<[Vec<f64>; SUBJECTS]> = layouts.iter().map(|_| Default::default()).collect();
     // Per layout, the idle times of its latest two-group run: with `idle_matched`, the one-group
     // queries wait as long, so that both models' queries follow the same idle time.
     let mut schedules: Vec<Vec<Duration>> = vec![Vec::new(); layouts.len()];
@@ -323,6 +326,8 @@ pub fn run(
                     round + 1,
                     layout.name,
                 );
+                collect_garbage();
+                let base = CountingAlloc::live_bytes();
                 let index: HybridIndexer<Box<dyn KvIndex>> =
                     HybridIndexer::with_layout(model.clone(), (layout.make)());
                 let pace = match (idle_matched, m) {
@@ -346,6 +351,12 @@ pub fn run(
                 cells[l][m].push((quantile(&ns, 0.5), quantile(&ns, 0.99)));
                 let idle_ns: Vec<u64> = idle.iter().map(|d| d.as_nanos() as u64).collect();
                 idles[l][m].push(quantile(&idle_ns, 0.5));
+                // What is live now beside the index: the idle times, kept for the next round.
+                drop((answers, ns, idle_ns));
+                collect_garbage();
+                let beside = idle.capacity() * size_of::<Duration>();
+                let live = CountingAlloc::live_bytes() - base - beside as isize;
+                mib[l][m].push(live as f64 / (1 << 20) as f64);
                 if idle_matched && m == TWO_GROUPS {
                     schedules[l] = idle;
                 }
@@ -364,7 +375,7 @@ pub fn run(
          block of a store but its last {window_blocks} at once. Medians of {rounds} rounds; \
          every answer equal to its model's reference. Control: the two-group fleet queried \
          through its full-attention layout alone (one group's walk and answers, two groups' \
-         writer), as a ratio to one group.\n",
+         writer), as a ratio to one group. MiB: the index's live heap after a replay.\n",
         cfg.workers,
         cfg.capacity_blocks,
         match (idle_matched, gap.is_zero()) {
@@ -381,16 +392,16 @@ pub fn run(
     );
     let _ = writeln!(
         md,
-        "| layout | p50 us, 1 group | p50 us, 2 groups | p50 ratio | p99 us, 1 group | p99 us, 2 groups | p99 ratio | control p50 / p99 ratio | idle us before a query, 1 / 2 groups |\n|---|---|---|---|---|---|---|---|---|"
+        "| layout | p50 us, 1 group | p50 us, 2 groups | p50 ratio | p99 us, 1 group | p99 us, 2 groups | p99 ratio | control p50 / p99 ratio | idle us before a query, 1 / 2 groups | MiB, 1 / 2 groups |\n|---|---|---|---|---|---|---|---|---|---|"
     );
-    for ((layout, [one, two, control]), [idle_one, idle_two, _]) in
-        layouts.iter().zip(&cells).zip(&idles)
+    for (((layout, [one, two, control]), [idle_one, idle_two, _]), [mib_one, mib_two, _]) in
+        layouts.iter().zip(&cells).zip(&idles).zip(&mib)
     {
         let p50 = |v: &Vec<(f64, f64)>| median(v.iter().map(|c| c.0).collect());
         let p99 = |v: &Vec<(f64, f64)>| median(v.iter().map(|c| c.1).collect());
         let _ = writeln!(
             md,
-            "| {} | {:.2} | {:.2} | {:.2}x | {:.2} | {:.2} | {:.2}x | {:.2}x / {:.2}x | {:.1} / {:.1} |",
+            "| {} | {:.2} | {:.2} | {:.2}x | {:.2} | {:.2} | {:.2}x | {:.2}x / {:.2}x | {:.1} / {:.1} | {:.1} / {:.1} |",
             layout.name,
             p50(one),
             p50(two),
@@ -402,6 +413,8 @@ pub fn run(
             p99(control) / p99(one),
             median(idle_one.clone()),
             median(idle_two.clone()),
+            median(mib_one.clone()),
+            median(mib_two.clone()),
         );
     }
     Ok(md)
