@@ -2,6 +2,9 @@
 //! mode's tries and of the hybrid index's tables, where following a link is an index, not a
 //! hash lookup, and a freed node's slot goes to the next one.
 
+/// The fewest slots a slab grows by.
+const MIN_GROWTH: usize = 16;
+
 /// Slots of values; a freed slot is reused by the next [`insert`](Slab::insert).
 ///
 /// A freed slot keeps its value until it is reused: the caller marks it dead (an empty node)
@@ -30,6 +33,12 @@ impl<T> Slab<T> {
                 at
             }
             None => {
+                if self.items.len() == self.items.capacity() {
+                    // A quarter more, not twice: a slab that just passes a power of two (a
+                    // worker's capacity, say) keeps less than a quarter of its room idle.
+                    let more = (self.items.len() / 4).max(MIN_GROWTH);
+                    self.items.reserve_exact(more);
+                }
                 self.items.push(item);
                 u32::try_from(self.items.len() - 1).expect("fewer than 2^32 slots")
             }
@@ -95,6 +104,19 @@ mod tests {
         slab[b] = "d";
         let all: Vec<_> = slab.slots().map(|(at, v)| (at, *v)).collect();
         assert_eq!(all, [(0, "c"), (1, "d")]);
+    }
+
+    #[test]
+    fn a_full_slab_grows_by_a_quarter() {
+        let mut slab = Slab::default();
+        for i in 0..10_000u32 {
+            slab.insert(i);
+            let (len, room) = (slab.items.len(), slab.items.capacity());
+            assert!(
+                room <= len + (len / 4).max(super::MIN_GROWTH),
+                "{room} for {len}"
+            );
+        }
     }
 
     #[test]
