@@ -35,7 +35,8 @@ impl<T> Slab<T> {
             None => {
                 if self.items.len() == self.items.capacity() {
                     // A quarter more, not twice: a slab that just passes a power of two (a
-                    // worker's capacity, say) keeps less than a quarter of its room idle.
+                    // worker's capacity, say) keeps less than a quarter of its room idle (paper
+                    // §6.21).
                     let more = (self.items.len() / 4).max(MIN_GROWTH);
                     self.items.reserve_exact(more);
                 }

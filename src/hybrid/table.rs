@@ -219,7 +219,7 @@ struct Entry {
     kids: Links,
 }
 
-// Entries are most of a table's bytes: a block's parent is its slot, not a second hash.
+// Entries are most of a table's bytes (paper §6.21): a block's parent is its slot, not a hash.
 const _: () = assert!(size_of::<Entry>() == 48);
 
 impl Linked for Entry {
